@@ -1,0 +1,42 @@
+"""In-memory topic matching engines behind one interface (see ``Matcher``).
+
+>>> m = create_matcher("trie")
+>>> m.subscribe(1, "stock.*.msft"); m.subscribe(2, "stock.#")
+>>> sorted(m.match("stock.nasdaq.msft"))
+[1, 2]
+"""
+
+from __future__ import annotations
+
+from matcher.base import EMPTY, SUB_ID_LIMIT, Matcher, MatchResult
+from matcher.errors import (
+    CapacityError,
+    InvalidPatternError,
+    InvalidSubscriptionIdError,
+    InvalidTopicError,
+    MatcherError,
+    SubscriptionConflictError,
+)
+from matcher.grammar import DIALECTS, Dialect, get_dialect
+from matcher.limits import DEFAULT_LIMITS, Limits
+from matcher.registry import ENGINES, create_matcher
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DIALECTS",
+    "EMPTY",
+    "ENGINES",
+    "SUB_ID_LIMIT",
+    "CapacityError",
+    "Dialect",
+    "InvalidPatternError",
+    "InvalidSubscriptionIdError",
+    "InvalidTopicError",
+    "Limits",
+    "MatchResult",
+    "Matcher",
+    "MatcherError",
+    "SubscriptionConflictError",
+    "create_matcher",
+    "get_dialect",
+]

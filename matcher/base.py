@@ -1,0 +1,122 @@
+"""The interface every engine implements, and the bookkeeping they share."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from typing import ClassVar, Final, Protocol
+
+from matcher.errors import CapacityError, InvalidSubscriptionIdError, SubscriptionConflictError
+from matcher.grammar import Tokens, checked_text, get_dialect
+from matcher.limits import DEFAULT_LIMITS, Limits
+
+
+class MatchResult(Protocol):
+    """What ``match`` returns: an immutable collection of distinct subscription ids
+    (``frozenset`` or ``pyroaring.FrozenBitMap``); callers may keep it, it never changes."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[int]: ...
+    def __contains__(self, sub_id: int, /) -> bool: ...
+
+
+EMPTY: Final[frozenset[int]] = frozenset()
+SUB_ID_LIMIT: Final = 2**32
+
+
+def check_sub_id(sub_id: object) -> int:
+    """``sub_id`` if it is an int in ``[0, 2**32)`` (the range a roaring bitmap indexes)."""
+    if type(sub_id) is not int or not 0 <= sub_id < SUB_ID_LIMIT:
+        raise InvalidSubscriptionIdError(
+            "invalid_sub_id", f"subscription id must be an int in [0, 2**32), got {sub_id!r}"
+        )
+    return sub_id
+
+
+class Matcher(ABC):
+    """Routes topics to the ids of the subscriptions whose pattern matches them.
+
+    Subclasses implement ``_add``, ``_remove`` and ``match``; this class validates input once,
+    keeps the id -> pattern table that makes re-subscribing idempotent, and serializes writers.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None:
+        self.dialect = get_dialect(dialect)
+        self.limits = limits if limits is not None else DEFAULT_LIMITS
+        self._split = self.dialect.topic_splitter(self.limits)
+        self._patterns: dict[int, str] = {}
+        self._write_lock = threading.Lock()
+
+    def subscribe(self, sub_id: int, pattern: str) -> None:
+        """Add subscription ``sub_id`` for ``pattern``.
+
+        The same (id, pattern) again is a no-op; the same id with another pattern raises
+        ``SubscriptionConflictError``. Invalid input raises before anything changes.
+        """
+        check_sub_id(sub_id)
+        text = checked_text(pattern, "pattern", self.limits.max_pattern_bytes)
+        with self._write_lock:
+            existing = self._patterns.get(sub_id)
+            if existing is not None:
+                if existing == text:
+                    return
+                raise SubscriptionConflictError(
+                    "id_conflict",
+                    f"subscription {sub_id} already has pattern {existing!r}, not {text!r}",
+                )
+            if len(self._patterns) >= self.limits.max_subscriptions:
+                raise CapacityError(
+                    "too_many_subscriptions",
+                    f"the matcher holds {self.limits.max_subscriptions} subscriptions, its limit",
+                )
+            tokens = self.dialect.parse_pattern(text, self.limits)
+            self._add(sub_id, tokens)
+            self._patterns[sub_id] = text
+
+    def subscribe_many(self, items: Iterable[tuple[int, str]]) -> None:
+        """Subscribe every (id, pattern); engines override it where bulk loading is cheaper."""
+        for sub_id, pattern in items:
+            self.subscribe(sub_id, pattern)
+
+    def unsubscribe(self, sub_id: int) -> bool:
+        """Remove subscription ``sub_id``; False when it was not subscribed."""
+        with self._write_lock:
+            text = self._patterns.pop(sub_id, None)
+            if text is None:
+                return False
+            self._remove(sub_id, self.dialect.parse_pattern(text, self.limits))
+            return True
+
+    @abstractmethod
+    def match(self, topic: str) -> MatchResult:
+        """Ids of every subscription whose pattern matches ``topic``."""
+
+    @abstractmethod
+    def _add(self, sub_id: int, tokens: Tokens) -> None:
+        """Index a new, validated subscription (called with the write lock held)."""
+
+    @abstractmethod
+    def _remove(self, sub_id: int, tokens: Tokens) -> None:
+        """Forget a subscription previously given to ``_add`` (write lock held)."""
+
+    def pattern_of(self, sub_id: int) -> str | None:
+        """The pattern subscription ``sub_id`` was made with, or None."""
+        return self._patterns.get(sub_id)
+
+    def subscriptions(self) -> Iterator[tuple[int, str]]:
+        """Every (id, pattern), from a copy taken under the write lock."""
+        with self._write_lock:
+            items = list(self._patterns.items())
+        return iter(items)
+
+    def __len__(self) -> int:
+        return len(self._patterns)
+
+    def __contains__(self, sub_id: object) -> bool:
+        return sub_id in self._patterns
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.dialect.name} subscriptions={len(self)}>"
