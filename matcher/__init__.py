@@ -18,6 +18,7 @@ from matcher.errors import (
     SubscriptionConflictError,
 )
 from matcher.grammar import DIALECTS, Dialect, get_dialect
+from matcher.headers import HeaderLimits, HeadersMatcher, InvalidHeadersError
 from matcher.limits import DEFAULT_LIMITS, Limits
 from matcher.registry import ENGINES, create_matcher
 
@@ -29,6 +30,9 @@ __all__ = [
     "SUB_ID_LIMIT",
     "CapacityError",
     "Dialect",
+    "HeaderLimits",
+    "HeadersMatcher",
+    "InvalidHeadersError",
     "InvalidPatternError",
     "InvalidSubscriptionIdError",
     "InvalidTopicError",

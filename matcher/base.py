@@ -73,7 +73,7 @@ class Matcher(ABC):
                     f"the matcher holds {self.limits.max_subscriptions} subscriptions, its limit",
                 )
             tokens = self.dialect.parse_pattern(text, self.limits)
-            self._add(sub_id, tokens)
+            self._add(sub_id, tokens, text)
             self._patterns[sub_id] = text
 
     def subscribe_many(self, items: Iterable[tuple[int, str]]) -> None:
@@ -95,12 +95,18 @@ class Matcher(ABC):
         """Ids of every subscription whose pattern matches ``topic``."""
 
     @abstractmethod
-    def _add(self, sub_id: int, tokens: Tokens) -> None:
-        """Index a new, validated subscription (called with the write lock held)."""
+    def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
+        """Index a new, validated subscription (called with the write lock held); ``pattern``
+        is its text, for engines that keep it (snapshots list it)."""
 
     @abstractmethod
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         """Forget a subscription previously given to ``_add`` (write lock held)."""
+
+    def _check(self) -> None:
+        """Assert the engine's structural invariants; tests call it after every mutation.
+        Engines extend it."""
+        assert len(self._patterns) <= self.limits.max_subscriptions
 
     def pattern_of(self, sub_id: int) -> str | None:
         """The pattern subscription ``sub_id`` was made with, or None."""

@@ -61,13 +61,13 @@ class InvertedBitmapMatcher(Matcher):
                     expected |= pattern.ids
             assert ids == expected, (words, ids, expected)
 
-    def _add(self, sub_id: int, tokens: Tokens) -> None:
+    def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         key = canonical(tokens)
-        pattern = self._by_pattern.get(key)
-        if pattern is None:
-            pattern = self._by_pattern[key] = _Pattern(compile_predicate(key))
-        pattern.ids.add(sub_id)
-        test = pattern.test
+        entry = self._by_pattern.get(key)
+        if entry is None:
+            entry = self._by_pattern[key] = _Pattern(compile_predicate(key))
+        entry.ids.add(sub_id)
+        test = entry.test
         one = FrozenBitMap([sub_id])
         topics = self._topics
         for topic, (ids, words) in list(topics.items()):
@@ -76,9 +76,9 @@ class InvertedBitmapMatcher(Matcher):
 
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         key = canonical(tokens)
-        pattern = self._by_pattern[key]
-        pattern.ids.discard(sub_id)
-        if not pattern.ids:
+        entry = self._by_pattern[key]
+        entry.ids.discard(sub_id)
+        if not entry.ids:
             del self._by_pattern[key]
         gone = FrozenBitMap([sub_id])
         topics = self._topics

@@ -24,6 +24,8 @@ class Limits:
     #: ``inverted_bitmap`` only: concrete topics kept compiled before the least recently used
     #: one is evicted (seed 002's table grows with every new topic otherwise).
     max_compiled_topics: int = 65_536
+    #: ``dfa`` only: states kept before the automaton is flushed and rebuilt lazily.
+    max_dfa_states: int = 65_536
 
     def __post_init__(self) -> None:
         for name in (
@@ -32,6 +34,7 @@ class Limits:
             "max_words",
             "max_subscriptions",
             "max_compiled_topics",
+            "max_dfa_states",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be at least 1")

@@ -17,7 +17,7 @@ class NaiveMatcher(Matcher):
         super().__init__(dialect, limits)
         self._tokens: dict[int, Tokens] = {}
 
-    def _add(self, sub_id: int, tokens: Tokens) -> None:
+    def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         self._tokens[sub_id] = tokens
 
     def _remove(self, sub_id: int, tokens: Tokens) -> None:

@@ -155,7 +155,7 @@ class OptimizedInvertedBitmapMatcher(Matcher):
                 verified |= group.members
         assert verified == BitMap(self._verifiers)
 
-    def _add(self, sub_id: int, tokens: Tokens) -> None:
+    def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         tokens = canonical(tokens)
         if MANY not in tokens:
             group = self._exact.get(len(tokens))

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from matcher import ENGINES, Matcher, SubscriptionConflictError, create_matcher
+from matcher import ENGINES, Limits, Matcher, SubscriptionConflictError, create_matcher
 from tests.matcher.strategies import PATTERNS, SUB_IDS, TOPICS
 
 FAST_ENGINES = [name for name in ENGINES if name != "naive"]
@@ -26,6 +26,12 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
             self.engines: dict[str, Matcher] = {
                 name: create_matcher(name, dialect=dialect) for name in FAST_ENGINES
             }
+            # Tiny bounds make eviction and flushing happen all the time.
+            tiny = Limits(max_compiled_topics=3, max_dfa_states=4)
+            for name in ("inverted_bitmap", "dfa"):
+                self.engines[f"{name}/tiny"] = create_matcher(name, dialect=dialect, limits=tiny)
+            for name in ("trie", "dfa", "optimized_inverted_bitmap"):
+                self.engines[f"{name}/cached"] = create_matcher(name, dialect=dialect, cache_size=4)
 
         @rule(sub_id=SUB_IDS, pattern=patterns)
         def subscribe(self, sub_id: int, pattern: str) -> None:
@@ -63,9 +69,7 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
         def sizes_and_structure(self) -> None:
             for m in (self.naive, *self.engines.values()):
                 assert len(m) == len(self.model)
-                check = getattr(m, "_check", None)
-                if check is not None:
-                    check()
+                m._check()
 
     EnginesAgree.__name__ = f"EnginesAgree_{dialect}"
     return EnginesAgree

@@ -1,0 +1,1 @@
+"""The topicstore application: command line now, the service and its wiring later."""

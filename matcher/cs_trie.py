@@ -1,0 +1,219 @@
+"""``cs_trie``: seed 001's concurrent subscription trie, in Python terms.
+
+Nodes are persistent: a writer never changes a node a reader can reach. It copies the path
+from the root to the node it changes (path copying) and publishes the new root with one
+reference assignment, which is atomic in CPython. Readers take no lock and see exactly one
+version for a whole match (linearizable: the assignment is the linearization point).
+Writers serialize on the matcher's write lock, so no CAS retry loop is needed.
+
+Seed 000's Go cs-trie copied a whole level's map per insert, O(fan-out), and took 13 s to
+load 10,000 subscriptions with distinct first words. Children here live in an ``immutables``
+HAMT, so an insert costs O(depth x log fan-out). ``snapshot()`` is O(1): it hands out the
+current root, which later writes never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from immutables import Map
+
+from matcher.base import MatchResult
+from matcher.grammar import MANY, ONE, Tokens, canonical
+from matcher.limits import Limits
+from matcher.trie import FROZEN_MAX, IdSet, TrieWalker, WalkRoot, walk
+
+_NO_CHILDREN: Map[str, _PNode] = Map()
+
+
+class _PNode:
+    """A persistent node: never mutated once another thread may see it."""
+
+    __slots__ = ("children", "hash", "ids", "is_hash", "star")
+
+    def __init__(
+        self,
+        children: Map[str, _PNode] = _NO_CHILDREN,
+        star: _PNode | None = None,
+        hash: _PNode | None = None,
+        ids: IdSet | None = None,
+        is_hash: bool = False,
+    ) -> None:
+        self.children = children
+        self.star = star
+        self.hash = hash
+        self.ids = ids
+        self.is_hash = is_hash
+
+    def is_empty(self) -> bool:
+        return not (self.children or self.star or self.hash or self.ids)
+
+
+class _PRoot(_PNode):
+    """A version of the whole matcher: the trie, its counters and the id -> pattern table."""
+
+    __slots__ = ("hash_count", "node_count", "patterns")
+
+    def __init__(
+        self, node: _PNode, node_count: int, hash_count: int, patterns: Map[int, str]
+    ) -> None:
+        super().__init__(node.children, node.star, node.hash, node.ids, False)
+        self.node_count = node_count
+        self.hash_count = hash_count
+        self.patterns = patterns
+
+
+def _with_id(ids: IdSet | None, sub_id: int) -> IdSet:
+    if ids is None:
+        return frozenset((sub_id,))
+    if isinstance(ids, frozenset):
+        if len(ids) < FROZEN_MAX:
+            return ids | {sub_id}
+        return Map(dict.fromkeys(ids)).set(sub_id, None)
+    assert isinstance(ids, Map)
+    return ids.set(sub_id, None)
+
+
+def _without_id(ids: IdSet, sub_id: int) -> IdSet | None:
+    if isinstance(ids, Map):
+        smaller = ids.delete(sub_id)
+        return smaller if len(smaller) > FROZEN_MAX // 2 else frozenset(smaller)
+    return frozenset(ids - {sub_id}) or None
+
+
+class CsTrieSnapshot:
+    """A read-only, consistent view of a ``cs_trie`` as of one instant. O(1) to take; later
+    writes never change it. Iterating lists every (id, pattern) of that instant."""
+
+    __slots__ = ("_matcher", "_root")
+
+    def __init__(self, matcher: CsTrieMatcher, root: _PRoot) -> None:
+        self._matcher = matcher
+        self._root = root
+
+    def match(self, topic: str) -> MatchResult:
+        return self._matcher._match_in(self._root, topic)
+
+    def pattern_of(self, sub_id: int) -> str | None:
+        return self._root.patterns.get(sub_id)
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        return iter(self._root.patterns.items())
+
+    def __len__(self) -> int:
+        return len(self._root.patterns)
+
+
+class CsTrieMatcher(TrieWalker):
+    """Lock-free readers over persistent versions; writes O(depth x log fan-out)."""
+
+    name = "cs_trie"
+    _root: _PRoot
+
+    def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None:
+        super().__init__(dialect, limits)
+        self._root = _PRoot(_PNode(), 1, 0, Map())
+
+    def snapshot(self) -> CsTrieSnapshot:
+        """The current version, O(1)."""
+        return CsTrieSnapshot(self, self._root)
+
+    def _match_in(self, root: WalkRoot, topic: str) -> MatchResult:
+        """``match`` against a given version (a snapshot's)."""
+        words = self._split(topic)
+        level = walk(root, words, None)
+        found: set[int] = set()
+        for node in level:
+            if node.ids:
+                found.update(node.ids)
+        return frozenset(found)
+
+    def _check(self) -> None:
+        self._check_reachable()
+        assert dict(self._root.patterns) == self._patterns
+
+    def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
+        old = self._root
+        counts = [old.node_count, old.hash_count]
+
+        def insert(node: _PNode, i: int) -> _PNode:
+            # Returns the copy of ``node`` with the subscription added below it.
+            if i == len(path):
+                return _PNode(
+                    node.children, node.star, node.hash, _with_id(node.ids, sub_id), node.is_hash
+                )
+            token = path[i]
+            if token is ONE:
+                child = node.star
+                if child is None:
+                    child, counts[0] = _PNode(), counts[0] + 1
+                return _PNode(
+                    node.children, insert(child, i + 1), node.hash, node.ids, node.is_hash
+                )
+            if token is MANY:
+                child = node.hash
+                if child is None:
+                    child = _PNode(is_hash=True)
+                    counts[0] += 1
+                    counts[1] += 1
+                return _PNode(
+                    node.children, node.star, insert(child, i + 1), node.ids, node.is_hash
+                )
+            assert isinstance(token, str)
+            child = node.children.get(token)
+            if child is None:
+                child, counts[0] = _PNode(), counts[0] + 1
+            children = node.children.set(token, insert(child, i + 1))
+            return _PNode(children, node.star, node.hash, node.ids, node.is_hash)
+
+        path = canonical(tokens)
+        new = insert(old, 0)
+        self._root = _PRoot(new, counts[0], counts[1], old.patterns.set(sub_id, pattern))
+
+    def _remove(self, sub_id: int, tokens: Tokens) -> None:
+        old = self._root
+        counts = [old.node_count, old.hash_count]
+
+        def delete(node: _PNode, i: int) -> _PNode | None:
+            # The copy of ``node`` without the subscription; None when that copy is empty
+            # (pruned from its parent). Returns ``node`` itself when nothing changes.
+            if i == len(path):
+                if node.ids is None or sub_id not in node.ids:
+                    return node
+                copy = _PNode(
+                    node.children, node.star, node.hash, _without_id(node.ids, sub_id), node.is_hash
+                )
+            else:
+                token = path[i]
+                if token is ONE:
+                    child = node.star
+                elif token is MANY:
+                    child = node.hash
+                else:
+                    assert isinstance(token, str)
+                    child = node.children.get(token)
+                if child is None:
+                    return node
+                new_child = delete(child, i + 1)
+                if new_child is child:
+                    return node
+                if new_child is None:
+                    counts[0] -= 1
+                    counts[1] -= child.is_hash
+                if token is ONE:
+                    copy = _PNode(node.children, new_child, node.hash, node.ids, node.is_hash)
+                elif token is MANY:
+                    copy = _PNode(node.children, node.star, new_child, node.ids, node.is_hash)
+                else:
+                    assert isinstance(token, str)
+                    children = (
+                        node.children.delete(token)
+                        if new_child is None
+                        else node.children.set(token, new_child)
+                    )
+                    copy = _PNode(children, node.star, node.hash, node.ids, node.is_hash)
+            return None if copy.is_empty() else copy
+
+        path = canonical(tokens)
+        new = delete(old, 0) or _PNode()
+        self._root = _PRoot(new, counts[0], counts[1], old.patterns.delete(sub_id))
