@@ -14,7 +14,7 @@ flushed and rebuilt lazily, so memory stays bounded whatever the topics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any, Final, TypeAlias
 
 from matcher.base import EMPTY, MatchResult
 from matcher.cs_trie import CsTrieMatcher
@@ -23,16 +23,31 @@ from matcher.limits import Limits
 from matcher.trie import WalkNode, WalkRoot, closure
 
 
-class _State:
-    """A set of trie nodes, its accepted ids and its cached transitions."""
+class _Key:
+    """A dictionary key no word can equal (words are ``str``)."""
 
-    __slots__ = ("default", "nodes", "result", "trans")
+    __slots__ = ()
+
+
+#: Keys of a state's transition dictionary that are not words.
+_STATE: Final = _Key()
+_RESULT: Final = _Key()
+
+#: A state's transitions: word -> the next state's transitions; ``_STATE`` -> the ``_State``,
+#: ``_RESULT`` -> its accepted ids. Keeping the table itself as "the state" makes a warm step
+#: one dictionary subscript.
+Transitions: TypeAlias = dict[object, Any]
+
+
+class _State:
+    """A set of trie nodes, its transition table and its ``*``/``#``-only transition."""
+
+    __slots__ = ("default", "nodes", "trans")
 
     def __init__(self, nodes: tuple[WalkNode, ...]) -> None:
         self.nodes = nodes
-        self.trans: dict[str, _State] = {}
         self.default: _State | None = None
-        self.result = _accepted(nodes)
+        self.trans: Transitions = {_STATE: self, _RESULT: _accepted(nodes)}
 
 
 def _accepted(nodes: tuple[WalkNode, ...]) -> MatchResult:
@@ -44,39 +59,59 @@ def _accepted(nodes: tuple[WalkNode, ...]) -> MatchResult:
 
 
 class _Dfa:
-    """The lazily built automaton of one trie version."""
+    """The lazily built automaton of one trie version.
 
-    __slots__ = ("max_states", "start", "states")
+    Both tables are bounded: past ``max_states`` states or ``max_transitions`` cached
+    transitions, the cache starts afresh from the start state (readers already inside the
+    old tables finish there).
+    """
 
-    def __init__(self, root: WalkRoot, max_states: int) -> None:
+    __slots__ = ("max_states", "max_transitions", "start", "states", "transitions")
+
+    def __init__(self, root: WalkRoot, max_states: int, max_transitions: int) -> None:
         self.max_states = max_states
-        self.states: dict[frozenset[int], _State] = {}
+        self.max_transitions = max_transitions
+        self.transitions = 0
+        self.states: dict[tuple[WalkNode, ...], _State] = {}
         self.start = self._intern(closure([root]))
 
     def _intern(self, nodes: list[WalkNode]) -> _State:
-        key = frozenset(map(id, nodes))
+        # Nodes hash by identity; sorting by id makes one tuple per node set, and that
+        # tuple is both the key and the state's node list (no second copy).
+        key = tuple(sorted(nodes, key=id))
         state = self.states.get(key)
         if state is None:
             # setdefault: two readers building the same state agree on one object.
-            state = self.states.setdefault(key, _State(tuple(nodes)))
+            state = self.states.setdefault(key, _State(key))
         return state
 
-    def step(self, state: _State, word: str) -> _State:
-        """The transition from ``state`` on ``word``, computed and cached on first use."""
+    def step(self, trans: Transitions, word: str) -> Transitions:
+        """The transitions after ``word`` from the state whose table is ``trans``, computed
+        and cached on first use. Words that no node of the state names share one target
+        (the default transition), computed once per state."""
+        state: _State = trans[_STATE]
         nodes = state.nodes
-        if not any(word in node.children for node in nodes):
-            nxt = state.default
-            if nxt is None:
-                nxt = state.default = self._target(nodes, None)
-            return nxt
-        nxt = self._target(nodes, word)
-        state.trans[word] = nxt
-        return nxt
+        if any(word in node.children for node in nodes):
+            nxt = self._target(nodes, word)
+        else:
+            default = state.default
+            if default is None:
+                default = state.default = self._target(nodes, None)
+            nxt = default
+        if self.transitions >= self.max_transitions or len(self.states) >= self.max_states:
+            self._flush()
+        else:
+            self.transitions += 1
+            trans[word] = nxt.trans
+        return nxt.trans
+
+    def _flush(self) -> None:
+        start_nodes = self.start.nodes
+        self.states = {}
+        self.transitions = 0
+        self.start = self._intern(list(start_nodes))
 
     def _target(self, nodes: tuple[WalkNode, ...], word: str | None) -> _State:
-        if len(self.states) >= self.max_states:
-            # Flush: states already handed out keep working; new ones start a fresh table.
-            self.states = {}
         nxt: list[WalkNode] = []
         for node in nodes:
             if node.is_hash:
@@ -101,7 +136,11 @@ class DfaMatcher(CsTrieMatcher):
 
     def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None:
         super().__init__(dialect, limits)
-        self._dfa = _Dfa(self._root, self.limits.max_dfa_states)
+        self._dfa = self._new_dfa()
+
+    def _new_dfa(self) -> _Dfa:
+        limits = self.limits
+        return _Dfa(self._root, limits.max_dfa_states, limits.max_dfa_transitions)
 
     def state_count(self) -> int:
         """DFA states built so far for the current version."""
@@ -110,21 +149,19 @@ class DfaMatcher(CsTrieMatcher):
     def match(self, topic: str) -> MatchResult:
         words = self._split(topic)
         dfa = self._dfa  # one read: a version's DFA only ever sees that version
-        state = dfa.start
-        step: Callable[[_State, str], _State] | None = None
+        trans = dfa.start.trans
         for word in words:
-            nxt = state.trans.get(word)
-            if nxt is None:
-                if step is None:
-                    step = dfa.step
-                nxt = step(state, word)
-            state = nxt
-        return state.result
+            try:
+                trans = trans[word]
+            except KeyError:
+                trans = dfa.step(trans, word)
+        result: MatchResult = trans[_RESULT]
+        return result
 
     def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         super()._add(sub_id, tokens, pattern)
-        self._dfa = _Dfa(self._root, self.limits.max_dfa_states)
+        self._dfa = self._new_dfa()
 
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         super()._remove(sub_id, tokens)
-        self._dfa = _Dfa(self._root, self.limits.max_dfa_states)
+        self._dfa = self._new_dfa()

@@ -25,7 +25,10 @@ class Limits:
     #: one is evicted (seed 002's table grows with every new topic otherwise).
     max_compiled_topics: int = 65_536
     #: ``dfa`` only: states kept before the automaton is flushed and rebuilt lazily.
-    max_dfa_states: int = 65_536
+    max_dfa_states: int = 262_144
+    #: ``dfa`` only: cached word transitions kept before the same flush (every distinct word
+    #: seen in a state is cached, named by a pattern or not).
+    max_dfa_transitions: int = 1_000_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -35,6 +38,7 @@ class Limits:
             "max_subscriptions",
             "max_compiled_topics",
             "max_dfa_states",
+            "max_dfa_transitions",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be at least 1")

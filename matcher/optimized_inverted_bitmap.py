@@ -168,9 +168,10 @@ class OptimizedInvertedBitmapMatcher(Matcher):
         group = self._hashed.get(key)
         if group is None:
             group = self._hashed[key] = _Group(len(prefix), len(suffix))
-        group.add(sub_id, prefix, suffix)
         if verify:
+            # Before indexing: a concurrent reader may find the id as soon as it is indexed.
             self._verifiers[sub_id] = compile_predicate(tokens)
+        group.add(sub_id, prefix, suffix)
 
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         tokens = canonical(tokens)
@@ -204,7 +205,10 @@ class OptimizedInvertedBitmapMatcher(Matcher):
                     continue
                 found = group.candidates(words)
                 if found and verify:
-                    found = BitMap([i for i in found if verifiers[i](words)])
+                    # A verifier missing here belongs to an id being unsubscribed right now.
+                    found = BitMap(
+                        [i for i in found if (test := verifiers.get(i)) is not None and test(words)]
+                    )
                 if found:
                     parts.append(found)
         if not parts:

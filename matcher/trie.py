@@ -117,7 +117,8 @@ class TrieWalker(Matcher):
                 "unpruned empty node"
             )
             assert node.hash is None or node.hash.is_hash
-            assert node.hash is None or node.hash.hash is None, "'#' after '#' not merged"
+            # canonical form: '#' nodes have literal edges only ('#.#' and '#.*' rewritten)
+            assert not node.is_hash or (node.hash is None and node.star is None), "non-canonical"
             stack.extend(node.children.values())
             stack.extend(child for child in (node.star, node.hash) if child is not None)
         assert nodes == root.node_count, (nodes, root.node_count)
@@ -128,29 +129,55 @@ class TrieWalker(Matcher):
 def walk(root: WalkNode, words: list[str], level_sizes: list[int] | None) -> list[WalkNode]:
     """Nodes reachable after consuming every word, for a trie that may hold ``#``.
 
-    ``level_sizes``, when given, receives the size of each level (the steps taken), so tests
-    check the nodes x (words + 1) bound on this very code path.
+    A ``#`` node, once reached, stays reachable at every later position (it eats any number
+    of words), so it is kept in ``active`` instead of being carried level to level. In a
+    canonical trie its only edges are literal ones (``#.#`` merges, ``#.*`` becomes ``*.#``),
+    and those are merged into ``by_word`` when it is reached: a level then costs the nodes
+    that actually match the word, not every ``#`` seen so far.
+
+    Each node is processed at most once per level (non-``#`` nodes have one parent edge;
+    ``#`` nodes enter ``active`` once), so a match takes at most nodes x (words + 1) steps.
+    ``level_sizes``, when given, receives the nodes live at each level, so tests check that
+    bound on this very code path.
     """
-    level = closure([root])
+    active: set[WalkNode] = set()
+    by_word: dict[str, list[WalkNode]] = {}
+
+    def reach(nodes: list[WalkNode]) -> None:
+        for node in nodes:
+            h = node.hash
+            if h is not None and h not in active:
+                active.add(h)
+                for word, child in h.children.items():
+                    targets = by_word.get(word)
+                    if targets is None:
+                        by_word[word] = [child]
+                    else:
+                        targets.append(child)
+
+    level = [root]
+    reach(level)
     if level_sizes is not None:
-        level_sizes.append(len(level))
+        level_sizes.append(len(level) + len(active))
     for word in words:
         nxt: list[WalkNode] = []
         for node in level:
-            if node.is_hash:
-                nxt.append(node)  # '#' eats this word too
             child = node.children.get(word)
             if child is not None:
                 nxt.append(child)
             child = node.star
             if child is not None:
                 nxt.append(child)
-        nxt = closure(nxt)
+        from_hash = by_word.get(word)
+        if from_hash is not None:
+            nxt.extend(from_hash)
+        reach(nxt)
         if level_sizes is not None:
-            level_sizes.append(len(nxt))
-        if not nxt:
+            level_sizes.append(len(nxt) + len(active))
+        if not nxt and not active:
             return nxt
         level = nxt
+    level.extend(active)
     return level
 
 

@@ -1,0 +1,183 @@
+"""Threads subscribing, unsubscribing and matching at once, on every engine.
+
+Afterwards the state equals the sequential model; during the run no reader sees a
+half-applied subscription, and every writer reads its own completed writes. The switch
+interval is shortened so the GIL changes hands often, mid-operation.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from threading import Event
+
+import pytest
+
+from matcher import ENGINES, HeadersMatcher, Matcher, create_matcher
+from matcher.cs_trie import CsTrieMatcher
+from matcher.grammar import AMQP, pattern_matches
+
+THREAD_ENGINES = [name for name in ENGINES if name != "naive"]
+# Each writer owns the ids [base, base + IDS_PER_WRITER).
+IDS_PER_WRITER = 40
+OPS = 600
+
+# Patterns share most words with the near-miss topics below: a half-indexed subscription
+# (some positions or nodes in place, others not) would show up as a wrong match.
+PATTERNS = ["a.b.c", "a.*.c", "a.#.c", "#.c", "a.b.#", "*.b.*", "a.#.b.#.c", "#"]
+NEAR_MISSES = {"a.b.x": {"a.b.#", "*.b.*", "#"}, "x.b.c": {"#.c", "*.b.*", "#"}, "a.c.b": {"#"}}
+HITS = ["a.b.c", "a.x.c", "a.b.b.c"]
+
+
+@pytest.fixture(autouse=True)
+def _busy_gil() -> Iterator[None]:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _run(writers: list[Callable[[], None]], readers: list[Callable[[Event], None]]) -> None:
+    """Run readers until every writer is done; re-raise the first failure of any thread."""
+    errors: list[BaseException] = []
+    stop = Event()
+
+    def guarded(target: Callable[[], None]) -> threading.Thread:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+                stop.set()
+
+        return threading.Thread(target=run)
+
+    reader_threads = [guarded(lambda r=r: r(stop)) for r in readers]  # type: ignore[misc]
+    writer_threads = [guarded(w) for w in writers]
+    for t in (*reader_threads, *writer_threads):
+        t.start()
+    for t in writer_threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a writer did not finish in time"
+    stop.set()
+    for t in reader_threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a reader did not stop"
+    if errors:
+        raise errors[0]
+
+
+def _pattern_for(sub_id: int) -> str:
+    """Each id always gets the same pattern, so a reader can check any id it sees."""
+    return PATTERNS[sub_id % len(PATTERNS)]
+
+
+@pytest.mark.parametrize("engine", [*THREAD_ENGINES, "trie+cache", "dfa+cache"])
+def test_concurrent_writers_and_readers(engine: str) -> None:
+    name, _, cached = engine.partition("+")
+    m = create_matcher(name, cache_size=64 if cached else 0)
+    finals: list[dict[int, str]] = []
+
+    def writer(seed: int) -> Callable[[], None]:
+        def run() -> None:
+            rng = random.Random(seed)
+            base = seed * IDS_PER_WRITER
+            mine: dict[int, str] = {}
+            for _ in range(OPS):
+                sub_id = base + rng.randrange(IDS_PER_WRITER)
+                if sub_id in mine:
+                    assert m.unsubscribe(sub_id)
+                    del mine[sub_id]
+                    # read-your-writes: a completed unsubscribe is never matched again
+                    for topic in HITS:
+                        assert sub_id not in m.match(topic)
+                else:
+                    pattern = _pattern_for(sub_id)
+                    m.subscribe(sub_id, pattern)
+                    mine[sub_id] = pattern
+                    for topic in HITS:
+                        expected = pattern_matches(
+                            AMQP.parse_pattern(pattern), AMQP.split_topic(topic)
+                        )
+                        assert (sub_id in m.match(topic)) is expected, (pattern, topic)
+            finals.append(mine)
+
+        return run
+
+    def reader(stop: Event) -> None:
+        while not stop.is_set():
+            for topic, allowed in NEAR_MISSES.items():
+                for sub_id in m.match(topic):
+                    assert _pattern_for(sub_id) in allowed, (topic, sub_id)
+
+    _run([writer(seed) for seed in range(3)], [reader, reader])
+    model = {k: v for final in finals for k, v in final.items()}
+    assert dict(m.subscriptions()) == model
+    m._check()
+    for topic in [*HITS, *NEAR_MISSES, "", "c", "a.b.c.d"]:
+        words = AMQP.split_topic(topic)
+        expected = {i for i, p in model.items() if pattern_matches(AMQP.parse_pattern(p), words)}
+        assert set(m.match(topic)) == expected, topic
+
+
+def test_cs_trie_snapshots_are_consistent_while_writers_run() -> None:
+    m = CsTrieMatcher()
+    checked = [0]
+
+    def writer() -> None:
+        rng = random.Random(1)
+        for _ in range(OPS * 2):
+            sub_id = rng.randrange(60)
+            if not m.unsubscribe(sub_id):
+                m.subscribe(sub_id, rng.choice(PATTERNS))
+
+    def reader(stop: Event) -> None:
+        while not stop.is_set():
+            snap = m.snapshot()
+            listing = dict(snap)
+            assert len(snap) == len(listing)
+            for topic in HITS:
+                words = AMQP.split_topic(topic)
+                expected = {
+                    i for i, p in listing.items() if pattern_matches(AMQP.parse_pattern(p), words)
+                }
+                # The snapshot's matches and its listing are one and the same version.
+                assert set(snap.match(topic)) == expected
+            checked[0] += 1
+
+    _run([writer], [reader, reader])
+    assert checked[0] > 0
+
+
+def test_headers_concurrent() -> None:
+    m = HeadersMatcher()
+
+    def writer(seed: int) -> Callable[[], None]:
+        def run() -> None:
+            rng = random.Random(seed)
+            for _ in range(OPS):
+                sub_id = seed * 100 + rng.randrange(20)
+                if not m.unsubscribe(sub_id):
+                    m.subscribe(sub_id, {"a": "1", "b": "2", "c": None}, "all")
+                    assert sub_id in m.match({"a": "1", "b": "2", "c": "x"})
+
+        return run
+
+    def reader(stop: Event) -> None:
+        while not stop.is_set():
+            # two of the three criteria: an "all" subscription must never match
+            assert not set(m.match({"a": "1", "b": "2"}))
+            assert not set(m.match({"a": "1", "c": "x"}))
+
+    _run([writer(1), writer(2)], [reader, reader])
+    m._check()
+
+
+def test_every_engine_runs_here() -> None:
+    # Guards the parametrization above against an engine silently dropping out.
+    assert set(THREAD_ENGINES) == set(ENGINES) - {"naive"}
+    assert all(isinstance(create_matcher(n), Matcher) for n in ENGINES)

@@ -1,0 +1,90 @@
+"""Guarantees specific to cs_trie (snapshots, path copying), dfa (bounded, lazy) and the
+result cache; their matching itself is covered by the shared property tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from matcher import Limits, create_matcher
+from matcher.cache import CachedMatcher
+from matcher.cs_trie import CsTrieMatcher
+from matcher.dfa import _RESULT, DfaMatcher
+from matcher.trie import TrieMatcher
+
+
+def test_snapshot_is_frozen_in_time() -> None:
+    m = CsTrieMatcher()
+    m.subscribe(1, "a.*")
+    m.subscribe(2, "a.#")
+    snap = m.snapshot()
+    m.subscribe(3, "a.b")
+    m.unsubscribe(1)
+    assert set(snap.match("a.b")) == {1, 2}
+    assert sorted(snap) == [(1, "a.*"), (2, "a.#")]
+    assert len(snap) == 2 and snap.pattern_of(1) == "a.*" and snap.pattern_of(3) is None
+    assert set(m.match("a.b")) == {2, 3}
+    assert sorted(m.snapshot()) == [(2, "a.#"), (3, "a.b")]
+
+
+def test_cs_trie_insert_copies_only_the_path() -> None:
+    """Path copying: an insert shares every untouched subtree with the previous version, so
+    its cost does not grow with the fan-out of the nodes it passes (seed 000's Go cs-trie
+    copied whole levels)."""
+    m = CsTrieMatcher()
+    for i in range(2_000):
+        m.subscribe(i, f"w{i}.x.y")
+    before = m.snapshot()._root
+    m.subscribe(99_999, "w5.x.z")
+    after = m.snapshot()._root
+    shared = sum(before.children[k] is after.children[k] for k in before.children)
+    assert shared == len(before.children) - 1  # only the "w5" branch was copied
+    assert before.children["w5"] is not after.children["w5"]
+    assert (
+        before.children["w5"].children["x"].children["y"]
+        is (after.children["w5"].children["x"].children["y"])
+    )
+
+
+def test_dfa_reuses_states_and_shares_the_default_transition() -> None:
+    m = DfaMatcher()
+    m.subscribe(1, "a.*.c")
+    m.subscribe(2, "#.c")
+    for k in range(500):
+        assert set(m.match(f"a.n{k}.c")) == {1, 2}
+        assert set(m.match(f"n{k}")) == set()
+    # Words no pattern names all take the one default transition (one target state).
+    start = m._dfa.start.trans
+    assert len({id(start[f"n{k}"]) for k in range(500)}) == 1
+    assert start[_RESULT] == frozenset() and start["a"] is not start["n1"]
+    assert m.state_count() < 10
+
+
+def test_dfa_states_are_bounded() -> None:
+    m = DfaMatcher(limits=Limits(max_dfa_states=4))
+    patterns = ["a.#.b", "#.a.#.a", "*.b.#", "a.*.*", "#.c"]
+    for i, p in enumerate(patterns):
+        m.subscribe(i, p)
+    reference = TrieMatcher()
+    for i, p in enumerate(patterns):
+        reference.subscribe(i, p)
+    words = ["a", "b", "c"]
+    for n in range(300):
+        topic = ".".join(words[(n >> k) % 3] for k in range(n % 7))
+        assert set(m.match(topic)) == set(reference.match(topic)), topic
+        assert m.state_count() <= 4
+
+
+def test_cache_is_bounded_and_optional() -> None:
+    m = create_matcher("trie", cache_size=8)
+    assert isinstance(m, CachedMatcher) and isinstance(m.engine, TrieMatcher)
+    m.subscribe(1, "#")
+    for k in range(100):
+        assert set(m.match(f"t.{k}")) == {1}
+        assert m.cached_topics() <= 8
+    m.subscribe(2, "t.5")
+    assert m.cached_topics() == 0  # a write starts a fresh cache
+    assert set(m.match("t.5")) == {1, 2}
+    assert len(m) == 2 and m.pattern_of(2) == "t.5"
+    assert not isinstance(create_matcher("trie", cache_size=0), CachedMatcher)
+    with pytest.raises(ValueError, match="cache_size"):
+        create_matcher("trie", cache_size=-1)
