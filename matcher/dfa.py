@@ -162,6 +162,10 @@ class DfaMatcher(CsTrieMatcher):
         super()._add(sub_id, tokens, pattern)
         self._dfa = self._new_dfa()
 
+    def _add_many(self, items: list[tuple[int, Tokens, str]]) -> None:
+        super()._add_many(items)
+        self._dfa = self._new_dfa()
+
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         super()._remove(sub_id, tokens)
         self._dfa = self._new_dfa()

@@ -203,15 +203,15 @@ def closure(nodes: list[WalkNode]) -> list[WalkNode]:
     return out
 
 
-class _Node:
+class TrieNode:
     """A mutable trie node (see ``WalkNode``)."""
 
     __slots__ = ("children", "hash", "ids", "is_hash", "star")
 
     def __init__(self, is_hash: bool = False) -> None:
-        self.children: dict[str, _Node] = {}
-        self.star: _Node | None = None
-        self.hash: _Node | None = None
+        self.children: dict[str, TrieNode] = {}
+        self.star: TrieNode | None = None
+        self.hash: TrieNode | None = None
         self.ids: frozenset[int] | set[int] | None = None
         self.is_hash = is_hash
 
@@ -219,7 +219,7 @@ class _Node:
         return not (self.children or self.star or self.hash or self.ids)
 
 
-class _Root(_Node):
+class TrieRoot(TrieNode):
     __slots__ = ("hash_count", "node_count")
 
     def __init__(self) -> None:
@@ -234,28 +234,28 @@ class TrieMatcher(TrieWalker):
     id last and removes it first."""
 
     name = "trie"
-    _root: _Root
+    _root: TrieRoot
 
     def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None:
         super().__init__(dialect, limits)
-        self._root = _Root()
+        self._root = TrieRoot()
 
     def _check(self) -> None:
         self._check_reachable()
 
     def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         root = self._root
-        node: _Node = root
+        node: TrieNode = root
         for token in canonical(tokens):
             if token is ONE:
                 child = node.star
                 if child is None:
-                    child = node.star = _Node()
+                    child = node.star = TrieNode()
                     root.node_count += 1
             elif token is MANY:
                 child = node.hash
                 if child is None:
-                    child = _Node(is_hash=True)
+                    child = TrieNode(is_hash=True)
                     root.node_count += 1
                     root.hash_count += 1
                     node.hash = child
@@ -263,7 +263,7 @@ class TrieMatcher(TrieWalker):
                 assert isinstance(token, str)
                 child = node.children.get(token)
                 if child is None:
-                    child = node.children[token] = _Node()
+                    child = node.children[token] = TrieNode()
                     root.node_count += 1
             node = child
         ids = node.ids
@@ -277,8 +277,8 @@ class TrieMatcher(TrieWalker):
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         # Walk down remembering the path, then prune nodes left empty (bottom-up).
         root = self._root
-        path: list[tuple[_Node, Token]] = []
-        node: _Node = root
+        path: list[tuple[TrieNode, Token]] = []
+        node: TrieNode = root
         for token in canonical(tokens):
             if token is ONE:
                 child = node.star

@@ -44,6 +44,22 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
                     m.subscribe(sub_id, pattern)
             self.model.setdefault(sub_id, pattern)
 
+        @rule(batch=st.lists(st.tuples(SUB_IDS, patterns), max_size=6))
+        def subscribe_many(self, batch: list[tuple[int, str]]) -> None:
+            merged = dict(self.model)
+            conflict = False
+            for sub_id, pattern in batch:
+                if merged.setdefault(sub_id, pattern) != pattern:
+                    conflict = True
+            for m in (self.naive, *self.engines.values()):
+                if conflict:  # all or nothing
+                    with pytest.raises(SubscriptionConflictError):
+                        m.subscribe_many(batch)
+                else:
+                    assert m.subscribe_many(batch) == len(merged) - len(self.model)
+            if not conflict:
+                self.model = merged
+
         @precondition(lambda self: bool(self.model))
         @rule(data=st.data())
         def resubscribe_is_noop(self, data: st.DataObject) -> None:

@@ -3,9 +3,17 @@ result cache; their matching itself is covered by the shared property tests."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from matcher import Limits, create_matcher
+from matcher import (
+    CapacityError,
+    InvalidPatternError,
+    Limits,
+    SubscriptionConflictError,
+    create_matcher,
+)
 from matcher.cache import CachedMatcher
 from matcher.cs_trie import CsTrieMatcher
 from matcher.dfa import _RESULT, DfaMatcher
@@ -88,3 +96,44 @@ def test_cache_is_bounded_and_optional() -> None:
     assert not isinstance(create_matcher("trie", cache_size=0), CachedMatcher)
     with pytest.raises(ValueError, match="cache_size"):
         create_matcher("trie", cache_size=-1)
+
+
+@pytest.mark.parametrize("engine", ["cs_trie", "dfa", "trie", "optimized_inverted_bitmap"])
+def test_bulk_load_equals_one_by_one(engine: str) -> None:
+    """Large batches take the bulk path (cs_trie builds mutable and freezes); the result
+    must be the same matcher as subscribing one by one, and stay writable afterwards."""
+    rng = random.Random(5)
+    alphabet = ["a", "b", "", "*", "#"]
+
+    def pattern() -> str:
+        return ".".join(rng.choice(alphabet) for _ in range(rng.randint(0, 5)))
+
+    first = [(i, pattern()) for i in range(3_000)]
+    second = [(i, pattern()) for i in range(3_000, 4_000)]
+    bulk = create_matcher(engine)
+    assert bulk.subscribe_many(first) == 3_000
+    assert bulk.subscribe_many([*second, *first[:10]]) == 1_000  # repeats are no-ops
+    bulk.subscribe(9_999, "a.#")
+    bulk.unsubscribe(0)
+    bulk._check()
+    reference = create_matcher("naive")
+    reference.subscribe_many([*first[1:], *second, (9_999, "a.#")])
+    for _ in range(300):
+        topic = ".".join(rng.choice(["a", "b", ""]) for _ in range(rng.randint(0, 6)))
+        assert set(bulk.match(topic)) == set(reference.match(topic)), topic
+    assert dict(bulk.subscriptions()) == dict(reference.subscriptions())
+
+
+def test_bulk_load_is_all_or_nothing() -> None:
+    m = create_matcher("cs_trie")
+    m.subscribe(1, "a")
+    items = [(i, "x.*") for i in range(2, 200)]
+    with pytest.raises(SubscriptionConflictError):
+        m.subscribe_many([*items, (1, "b")])
+    with pytest.raises(InvalidPatternError):
+        m.subscribe_many([*items, (500, "bad\x00")])
+    with pytest.raises(SubscriptionConflictError):
+        m.subscribe_many([*items, (500, "p"), (500, "q")])
+    assert len(m) == 1 and set(m.match("x.y")) == set()
+    with pytest.raises(CapacityError):
+        create_matcher("trie", limits=Limits(max_subscriptions=10)).subscribe_many(items)
