@@ -1,0 +1,8 @@
+"""The loader: builds the in-memory matchers from the store and keeps them current."""
+
+from __future__ import annotations
+
+from loader.loader import Loader
+from loader.routing import DEFAULT_ENGINES, Entry, RoutingTable, Snapshot
+
+__all__ = ["DEFAULT_ENGINES", "Entry", "Loader", "RoutingTable", "Snapshot"]

@@ -1,0 +1,33 @@
+"""Durable subscriptions: SQLAlchemy 2 models, the repository, engine setup and migrations,
+on PostgreSQL (production, several replicas) or DuckDB (embedded, one file)."""
+
+from __future__ import annotations
+
+from store.db import CHANGES_CHANNEL, Backend, Database, backend_of
+from store.errors import InvalidSubscriptionError, StoreError, UnsupportedDatabaseError
+from store.records import (
+    DEFAULT_TENANT,
+    HEADERS_DIALECT,
+    Change,
+    NewSubscription,
+    StoredSubscription,
+    validate,
+)
+from store.repository import SubscriptionRepository
+
+__all__ = [
+    "CHANGES_CHANNEL",
+    "DEFAULT_TENANT",
+    "HEADERS_DIALECT",
+    "Backend",
+    "Change",
+    "Database",
+    "InvalidSubscriptionError",
+    "NewSubscription",
+    "StoreError",
+    "StoredSubscription",
+    "SubscriptionRepository",
+    "UnsupportedDatabaseError",
+    "backend_of",
+    "validate",
+]

@@ -1,0 +1,117 @@
+"""Engine setup for the two backends, the write transaction, and migrations.
+
+Writers are serialized so that change_log sequence numbers commit in order, and a loader
+reading ``seq > last`` can never skip a change that commits later with a smaller number:
+on PostgreSQL with a transaction-scoped advisory lock (held until commit, across replicas),
+on DuckDB with a lock in the one process that owns the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+import sqlalchemy as sa
+from alembic.config import Config
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from store.errors import UnsupportedDatabaseError
+
+log = logging.getLogger(__name__)
+
+#: Advisory lock key that serializes writers of change_log ("tpcs" in ASCII).
+WRITER_LOCK_KEY: Final = 0x74706373
+#: PostgreSQL channel whose payload is the newest change seq (a doorbell, not the data).
+CHANGES_CHANNEL: Final = "topicstore_changes"
+
+
+class Backend(StrEnum):
+    POSTGRES = "postgresql"
+    DUCKDB = "duckdb"
+
+
+def backend_of(url: str) -> Backend:
+    name = make_url(url).get_backend_name()
+    try:
+        return Backend(name)
+    except ValueError:
+        raise UnsupportedDatabaseError(
+            "unsupported_database",
+            f"database URL must be postgresql+psycopg://... or duckdb:///path, not {name!r}",
+        ) from None
+
+
+class Database:
+    """One database: its engine, sessions, the serialized write transaction, and hooks run
+    after each committed write (how DuckDB changes reach the in-process loader at once)."""
+
+    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+        self.url = url
+        self.backend = backend_of(url)
+        if self.backend is Backend.DUCKDB:
+            database = make_url(url).database
+            if database and database != ":memory:":
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            self.engine = sa.create_engine(url)
+        else:
+            self.engine = sa.create_engine(
+                url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+            )
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._local_writer = threading.Lock()
+        self._after_commit: list[Callable[[], object]] = []
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.backend is Backend.POSTGRES
+
+    def on_commit(self, hook: Callable[[], object]) -> None:
+        """Call ``hook`` after every write transaction this object commits."""
+        self._after_commit.append(hook)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction: committed on success, rolled back on error; writers are
+        serialized (see the module docstring); after-commit hooks run once it commits."""
+        with self._local_writer, self.sessions.begin() as session:
+            if self.is_postgres:
+                session.execute(sa.select(sa.func.pg_advisory_xact_lock(WRITER_LOCK_KEY)))
+            yield session
+        for hook in self._after_commit:
+            hook()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Session]:
+        with self.sessions() as session:
+            yield session
+
+    def migrate(self, revision: str = "head") -> None:
+        """Run the alembic history up to ``revision`` (idempotent)."""
+        from alembic import command
+
+        command.upgrade(alembic_config(self.url), revision)
+
+    def downgrade(self, revision: str = "base") -> None:
+        from alembic import command
+
+        command.downgrade(alembic_config(self.url), revision)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def alembic_config(url: str) -> Config:
+    """Alembic configuration for ``url``, pointing at the packaged history."""
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    # '%' is alembic's interpolation character; escape it in passwords.
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config

@@ -1,0 +1,20 @@
+"""Exceptions of the store package, each with a machine-readable ``code``."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    code: str = "store_error"
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class InvalidSubscriptionError(StoreError, ValueError):
+    """A subscription field breaks a rule (name length, labels size, kind, dialect)."""
+
+
+class UnsupportedDatabaseError(StoreError, ValueError):
+    """The database URL names a backend other than PostgreSQL or DuckDB."""

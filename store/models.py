@@ -1,0 +1,98 @@
+"""Typed SQLAlchemy 2 models: the subscription table and its change log.
+
+One naming convention on the metadata keeps constraint names identical on PostgreSQL and
+DuckDB, so one alembic history serves both. Ids come from explicit sequences: DuckDB has no
+SERIAL or IDENTITY, and the subscription id becomes the matcher's sub_id, which must stay
+below 2**32.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from matcher import SUB_ID_LIMIT
+
+NAMING_CONVENTION: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: JSON on both backends, JSONB (indexable, compact) on PostgreSQL.
+Json = sa.JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+subscription_id_seq = sa.Sequence(
+    "subscription_id_seq", start=1, maxvalue=SUB_ID_LIMIT - 1, metadata=Base.metadata
+)
+change_seq = sa.Sequence("change_log_seq", start=1, metadata=Base.metadata)
+
+
+class Subscription(Base):
+    """One subscription. (tenant, subscriber, dialect, pattern) is unique: creating the same
+    subscription again returns the existing row. For ``kind='headers'`` the pattern column
+    holds the canonical text of the criteria and mode, so uniqueness covers them too."""
+
+    __tablename__ = "subscription"
+    __table_args__ = (
+        sa.UniqueConstraint("tenant", "subscriber", "dialect", "pattern"),
+        sa.Index(None, "tenant", "id"),
+        sa.CheckConstraint("kind IN ('topic', 'headers')", name="kind"),
+        sa.CheckConstraint("mode IS NULL OR mode IN ('all', 'any')", name="mode"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger,
+        subscription_id_seq,
+        server_default=subscription_id_seq.next_value(),
+        primary_key=True,
+    )
+    tenant: Mapped[str] = mapped_column(sa.String(255))
+    subscriber: Mapped[str] = mapped_column(sa.String(255))
+    pattern: Mapped[str] = mapped_column(sa.Text)
+    dialect: Mapped[str] = mapped_column(sa.String(16))
+    kind: Mapped[str] = mapped_column(sa.String(16), server_default="topic")
+    criteria: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)
+    mode: Mapped[str | None] = mapped_column(sa.String(8), nullable=True)
+    labels: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(
+        sa.DateTime(timezone=True), server_default=sa.func.now()
+    )
+
+
+class ChangeLog(Base):
+    """Every add and remove, written in the same transaction as the change itself.
+
+    A row carries everything needed to apply it (the subscription row may be gone by the
+    time a loader reads an old ``add``), so loaders never join back to ``subscription``.
+    """
+
+    __tablename__ = "change_log"
+    __table_args__ = (sa.CheckConstraint("op IN ('add', 'remove')", name="op"),)
+
+    seq: Mapped[int] = mapped_column(
+        sa.BigInteger, change_seq, server_default=change_seq.next_value(), primary_key=True
+    )
+    op: Mapped[str] = mapped_column(sa.String(8))
+    subscription_id: Mapped[int] = mapped_column(sa.BigInteger)
+    tenant: Mapped[str] = mapped_column(sa.String(255))
+    subscriber: Mapped[str] = mapped_column(sa.String(255))
+    pattern: Mapped[str] = mapped_column(sa.Text)
+    dialect: Mapped[str] = mapped_column(sa.String(16))
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    criteria: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)
+    mode: Mapped[str | None] = mapped_column(sa.String(8), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(
+        sa.DateTime(timezone=True), server_default=sa.func.now()
+    )

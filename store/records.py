@@ -1,0 +1,144 @@
+"""Plain records that cross the store's boundary, and the validation of new subscriptions.
+
+Validation uses the matcher's own grammar, so the store never accepts a pattern the
+matchers would refuse (the write order is: store first, then matcher).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final, Literal, TypeAlias
+
+from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, get_dialect
+from matcher.grammar import checked_text
+from store.errors import InvalidSubscriptionError
+
+Kind: TypeAlias = Literal["topic", "headers"]
+Op: TypeAlias = Literal["add", "remove"]
+#: The dialect value stored for content-based (headers) subscriptions.
+HEADERS_DIALECT: Final = "headers"
+DEFAULT_TENANT: Final = "default"
+MAX_NAME_BYTES: Final = 255
+MAX_LABELS_BYTES: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class NewSubscription:
+    """A subscription to create. ``pattern`` for topic kinds; ``criteria`` and ``mode`` for
+    ``kind='headers'`` (its pattern is derived from them)."""
+
+    subscriber: str
+    pattern: str = ""
+    tenant: str = DEFAULT_TENANT
+    dialect: str = "amqp"
+    kind: Kind = "topic"
+    criteria: tuple[tuple[str, str | None], ...] | None = None
+    mode: Literal["all", "any"] | None = None
+    labels: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSubscription:
+    id: int
+    tenant: str
+    subscriber: str
+    pattern: str
+    dialect: str
+    kind: Kind
+    criteria: tuple[tuple[str, str | None], ...] | None
+    mode: Literal["all", "any"] | None
+    labels: dict[str, Any] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change_log row: everything a loader needs to apply it."""
+
+    seq: int
+    op: Op
+    subscription_id: int
+    tenant: str
+    subscriber: str
+    pattern: str
+    dialect: str
+    kind: Kind
+    criteria: tuple[tuple[str, str | None], ...] | None
+    mode: Literal["all", "any"] | None
+
+
+def _criterion_order(criterion: tuple[str, str | None]) -> tuple[str, bool, str]:
+    field, value = criterion
+    return (field, value is not None, value or "")
+
+
+def criteria_tuple(raw: Any) -> tuple[tuple[str, str | None], ...] | None:
+    """Criteria as stored (JSON list of pairs) back to a sorted tuple of pairs."""
+    if raw is None:
+        return None
+    return tuple(
+        sorted(((str(f), None if v is None else str(v)) for f, v in raw), key=_criterion_order)
+    )
+
+
+def headers_pattern(criteria: tuple[tuple[str, str | None], ...], mode: str) -> str:
+    """Canonical text of headers criteria: equal criteria give equal text, so the unique
+    constraint on (tenant, subscriber, dialect, pattern) covers headers subscriptions."""
+    return json.dumps({"mode": mode, "criteria": [list(c) for c in criteria]}, sort_keys=True)
+
+
+def _name(value: object, what: str) -> str:
+    try:
+        text = checked_text(value, what, MAX_NAME_BYTES)
+    except MatcherError as e:
+        raise InvalidSubscriptionError(e.code, e.message.replace("pattern", what)) from e
+    if not text:
+        raise InvalidSubscriptionError(f"empty_{what}", f"{what} must not be empty")
+    return text
+
+
+def validate(
+    new: NewSubscription,
+    limits: Limits | None = None,
+    header_limits: HeaderLimits | None = None,
+) -> NewSubscription:
+    """``new`` with normalized fields, or ``InvalidSubscriptionError`` / a ``MatcherError``
+    (both carry a machine-readable ``code``) naming the broken rule."""
+    tenant = _name(new.tenant, "tenant")
+    subscriber = _name(new.subscriber, "subscriber")
+    if new.labels is not None:
+        if not isinstance(new.labels, dict):
+            raise InvalidSubscriptionError("invalid_labels", "labels must be a JSON object")
+        size = len(json.dumps(new.labels, ensure_ascii=False).encode("utf-8", "replace"))
+        if size > MAX_LABELS_BYTES:
+            raise InvalidSubscriptionError(
+                "labels_too_large",
+                f"labels are {size} bytes of JSON; the limit is {MAX_LABELS_BYTES}",
+            )
+    if new.kind == "headers":
+        if new.criteria is None or new.mode is None:
+            raise InvalidSubscriptionError(
+                "missing_criteria", "a headers subscription needs criteria and a mode"
+            )
+        matcher = HeadersMatcher(header_limits)
+        if new.mode not in ("all", "any"):
+            raise InvalidSubscriptionError("invalid_mode", "mode must be 'all' or 'any'")
+        criteria = tuple(sorted(matcher.normalize(new.criteria), key=_criterion_order))
+        return replace(
+            new,
+            tenant=tenant,
+            subscriber=subscriber,
+            dialect=HEADERS_DIALECT,
+            criteria=criteria,
+            pattern=headers_pattern(criteria, new.mode),
+        )
+    if new.kind != "topic":
+        raise InvalidSubscriptionError("invalid_kind", "kind must be 'topic' or 'headers'")
+    try:
+        dialect = get_dialect(new.dialect)
+    except ValueError as e:
+        raise InvalidSubscriptionError("invalid_dialect", str(e)) from e
+    dialect.parse_pattern(new.pattern, limits or Limits())  # raises InvalidPatternError
+    return replace(new, tenant=tenant, subscriber=subscriber, criteria=None, mode=None)

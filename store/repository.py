@@ -1,0 +1,305 @@
+"""The subscription repository: builds statements on a session it is given, never commits.
+
+Callers write inside ``Database.write()`` (serialized writers, so change_log sequence
+numbers commit in order) and commit there. Every add and remove also appends a change_log
+row in the same transaction and, on PostgreSQL, rings the ``topicstore_changes`` doorbell
+(delivered only if the transaction commits).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from store.db import CHANGES_CHANNEL
+from store.models import ChangeLog, Subscription
+from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
+
+#: Columns copied from a subscription into its change_log rows.
+_CHANGE_COLUMNS: Final = (
+    "tenant",
+    "subscriber",
+    "pattern",
+    "dialect",
+    "kind",
+    "criteria",
+    "mode",
+)
+_NEW_COLUMNS: Final = (*_CHANGE_COLUMNS, "labels")
+_STAGING: Final = ("ord", *_NEW_COLUMNS)
+MAX_PAGE: Final = 1_000
+
+
+def _stored(row: Subscription) -> StoredSubscription:
+    return StoredSubscription(
+        id=row.id,
+        tenant=row.tenant,
+        subscriber=row.subscriber,
+        pattern=row.pattern,
+        dialect=row.dialect,
+        kind=row.kind,  # type: ignore[arg-type]
+        criteria=criteria_tuple(row.criteria),
+        mode=row.mode,  # type: ignore[arg-type]
+        labels=row.labels,
+        created_at=row.created_at,
+    )
+
+
+def _values(new: NewSubscription) -> dict[str, Any]:
+    return {
+        "tenant": new.tenant,
+        "subscriber": new.subscriber,
+        "pattern": new.pattern,
+        "dialect": new.dialect,
+        "kind": new.kind,
+        "criteria": None if new.criteria is None else [list(c) for c in new.criteria],
+        "mode": new.mode,
+        "labels": new.labels,
+    }
+
+
+class SubscriptionRepository:
+    """Reads and writes subscriptions on ``session`` (validated input: see ``validate``)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._postgres = session.get_bind().dialect.name == "postgresql"
+
+    # -- writes -------------------------------------------------------------------------
+
+    def add(self, new: NewSubscription) -> tuple[StoredSubscription, bool]:
+        """Create ``new``; if the same (tenant, subscriber, dialect, pattern) exists, return
+        that row instead. The flag says whether a row was created."""
+        values = _values(new)
+        inserted = self.session.execute(
+            pg_insert(Subscription)
+            .values(**values)
+            .on_conflict_do_nothing()
+            .returning(Subscription.id)
+        ).scalar()
+        sub_id = inserted if inserted is not None else self._existing_id(new)
+        row = self.session.get(Subscription, sub_id)
+        assert row is not None
+        if inserted is not None:
+            self._log("add", sa.select(Subscription).where(Subscription.id == sub_id))
+        return _stored(row), inserted is not None
+
+    def add_many(self, items: Sequence[NewSubscription]) -> list[tuple[int, bool]]:
+        """Create every item in one statement; returns (id, created) per item, in order.
+
+        Rows go to a staging table first (COPY on PostgreSQL), then one
+        ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``: duplicates, in the batch or
+        already stored, resolve to the existing id.
+        """
+        if not items:
+            return []
+        session = self.session
+        before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
+        max_before = int(before.scalar_one())
+        self._stage(items)
+        columns = ", ".join(_NEW_COLUMNS)
+        session.execute(
+            sa.text(
+                f"INSERT INTO subscription ({columns}) SELECT {columns} FROM staging "
+                "ORDER BY ord ON CONFLICT DO NOTHING"
+            )
+        )
+        # Writers are serialized and ids come from a sequence: the new rows are exactly
+        # those above the previous maximum.
+        self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
+        rows = session.execute(
+            sa.text(
+                "SELECT st.ord, s.id FROM staging st JOIN subscription s "
+                "ON s.tenant = st.tenant AND s.subscriber = st.subscriber "
+                "AND s.dialect = st.dialect AND s.pattern = st.pattern ORDER BY st.ord"
+            )
+        ).all()
+        session.execute(sa.text("DROP TABLE staging"))
+        result: list[tuple[int, bool]] = []
+        first_seen: set[int] = set()
+        for _, sub_id in rows:
+            created = sub_id > max_before and sub_id not in first_seen
+            first_seen.add(sub_id)
+            result.append((sub_id, created))
+        return result
+
+    def remove(self, sub_id: int, tenant: str | None = None) -> bool:
+        """Delete subscription ``sub_id`` (of ``tenant``, when given); False if absent."""
+        where = [Subscription.id == sub_id]
+        if tenant is not None:
+            where.append(Subscription.tenant == tenant)
+        return bool(self._remove_where(*where))
+
+    def remove_subscriber(self, tenant: str, subscriber: str) -> builtins.list[int]:
+        """Delete every subscription of ``subscriber``; returns their ids."""
+        return self._remove_where(
+            Subscription.tenant == tenant, Subscription.subscriber == subscriber
+        )
+
+    def _remove_where(self, *where: sa.ColumnElement[bool]) -> builtins.list[int]:
+        self._log("remove", sa.select(Subscription).where(*where))
+        deleted = self.session.execute(
+            sa.delete(Subscription).where(*where).returning(Subscription.id)
+        )
+        return sorted(deleted.scalars())
+
+    def _existing_id(self, new: NewSubscription) -> int:
+        return self.session.execute(
+            sa.select(Subscription.id).where(
+                Subscription.tenant == new.tenant,
+                Subscription.subscriber == new.subscriber,
+                Subscription.dialect == new.dialect,
+                Subscription.pattern == new.pattern,
+            )
+        ).scalar_one()
+
+    def _log(self, op: str, rows: sa.Select[Any]) -> None:
+        """Append a change for each row ``rows`` selects, in id order, and ring the bell."""
+        source = rows.subquery()
+        selected = sa.select(
+            sa.literal(op), source.c.id, *(source.c[name] for name in _CHANGE_COLUMNS)
+        ).order_by(source.c.id)
+        self.session.execute(
+            sa.insert(ChangeLog).from_select(["op", "subscription_id", *_CHANGE_COLUMNS], selected)
+        )
+        if self._postgres:
+            self.session.execute(
+                sa.text("SELECT pg_notify(:channel, (SELECT max(seq) FROM change_log)::text)"),
+                {"channel": CHANGES_CHANNEL},
+            )
+
+    def _stage(self, items: Sequence[NewSubscription]) -> None:
+        session = self.session
+        session.execute(
+            sa.text(
+                "CREATE TEMPORARY TABLE staging (ord BIGINT, tenant VARCHAR, subscriber VARCHAR,"
+                " pattern VARCHAR, dialect VARCHAR, kind VARCHAR, criteria JSON, mode VARCHAR,"
+                " labels JSON)"
+            )
+        )
+        rows = [
+            (
+                i,
+                v["tenant"],
+                v["subscriber"],
+                v["pattern"],
+                v["dialect"],
+                v["kind"],
+                None if v["criteria"] is None else json.dumps(v["criteria"]),
+                v["mode"],
+                None if v["labels"] is None else json.dumps(v["labels"]),
+            )
+            for i, v in enumerate(map(_values, items))
+        ]
+        if self._postgres:
+            raw = session.connection().connection.driver_connection
+            assert raw is not None
+            with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            # DuckDB reads an Arrow table in one vectorized insert (executemany is per row).
+            raw = session.connection().connection.driver_connection
+            assert raw is not None
+            columns = list(zip(*rows, strict=True))
+            raw.register("staging_rows", pa.table(dict(zip(_STAGING, columns, strict=True))))
+            try:
+                raw.execute("INSERT INTO staging SELECT * FROM staging_rows")
+            finally:
+                raw.unregister("staging_rows")
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
+        row = self.session.get(Subscription, sub_id)
+        if row is None or (tenant is not None and row.tenant != tenant):
+            return None
+        return _stored(row)
+
+    def list(
+        self,
+        *,
+        tenant: str | None = None,
+        subscriber: str | None = None,
+        pattern_prefix: str | None = None,
+        dialect: str | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> builtins.list[StoredSubscription]:
+        """A page of subscriptions in id order, starting after ``after_id`` (keyset
+        pagination: stable under concurrent writes, O(page) at any depth)."""
+        query = sa.select(Subscription).order_by(Subscription.id).limit(min(limit, MAX_PAGE))
+        if tenant is not None:
+            query = query.where(Subscription.tenant == tenant)
+        if subscriber is not None:
+            query = query.where(Subscription.subscriber == subscriber)
+        if dialect is not None:
+            query = query.where(Subscription.dialect == dialect)
+        if pattern_prefix:
+            query = query.where(
+                sa.func.substr(Subscription.pattern, 1, len(pattern_prefix)) == pattern_prefix
+            )
+        if after_id is not None:
+            query = query.where(Subscription.id > after_id)
+        return [_stored(row) for row in self.session.scalars(query)]
+
+    def count(self, tenant: str | None = None) -> dict[str, int]:
+        """Subscription counts per dialect (``headers`` for content-based ones)."""
+        query = sa.select(Subscription.dialect, sa.func.count()).group_by(Subscription.dialect)
+        if tenant is not None:
+            query = query.where(Subscription.tenant == tenant)
+        return {dialect: int(n) for dialect, n in self.session.execute(query)}
+
+    def stream_all(self, batch_size: int = 10_000) -> Iterator[Change]:
+        """Every subscription, as ``add`` changes (seq 0), streamed in batches (a server-side
+        cursor on PostgreSQL), for building matchers without holding every row at once."""
+        columns = [Subscription.id, *(Subscription.__table__.c[n] for n in _CHANGE_COLUMNS)]
+        result = self.session.execute(
+            sa.select(*columns).order_by(Subscription.id).execution_options(yield_per=batch_size)
+        )
+        for row in result:
+            yield Change(
+                0,
+                "add",
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                row[4],
+                row[5],
+                criteria_tuple(row[6]),
+                row[7],
+            )
+
+    def changes_since(self, seq: int, limit: int = 10_000) -> builtins.list[Change]:
+        """Changes with a sequence number above ``seq``, oldest first."""
+        rows = self.session.scalars(
+            sa.select(ChangeLog).where(ChangeLog.seq > seq).order_by(ChangeLog.seq).limit(limit)
+        )
+        return [
+            Change(
+                row.seq,
+                row.op,  # type: ignore[arg-type]
+                row.subscription_id,
+                row.tenant,
+                row.subscriber,
+                row.pattern,
+                row.dialect,
+                row.kind,  # type: ignore[arg-type]
+                criteria_tuple(row.criteria),
+                row.mode,  # type: ignore[arg-type]
+            )
+            for row in rows
+        ]
+
+    def last_seq(self) -> int:
+        """The newest change's sequence number (0 when there is none)."""
+        seq = self.session.execute(sa.select(sa.func.max(ChangeLog.seq))).scalar()
+        return int(seq or 0)

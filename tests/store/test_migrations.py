@@ -1,0 +1,66 @@
+"""One alembic history on both backends: up, down, up again, and no drift from the models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+
+from store import Database
+from store.db import alembic_config
+from store.models import Base
+from tests.services import fresh_postgres_database
+
+
+def _tables(db: Database) -> set[str]:
+    return set(sa.inspect(db.engine).get_table_names()) - {"alembic_version"}
+
+
+def _columns(db: Database, table: str) -> dict[str, bool]:
+    query = sa.text(
+        "SELECT column_name, is_nullable FROM information_schema.columns "
+        "WHERE table_name = :t AND table_schema IN ('public', 'main')"
+    )
+    with db.engine.connect() as conn:
+        return {name: nullable == "YES" for name, nullable in conn.execute(query, {"t": table})}
+
+
+@pytest.fixture(params=["postgres", "duckdb"])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "duckdb":
+        db = Database(f"duckdb:///{tmp_path / 'm.duckdb'}")
+        yield db
+        db.dispose()
+        return
+    with fresh_postgres_database() as url:
+        db = Database(url)
+        yield db
+        db.dispose()
+
+
+def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
+    db = empty_database
+    db.migrate()
+    assert _tables(db) == {"subscription", "change_log"}
+    # The schema the migrations build is the schema the models describe.
+    for table in Base.metadata.sorted_tables:
+        expected = {c.name: bool(c.nullable) for c in table.columns}
+        assert _columns(db, table.name) == expected, table.name
+    db.migrate()  # idempotent
+    db.downgrade("base")
+    assert _tables(db) == set()
+    db.migrate()
+    assert _tables(db) == {"subscription", "change_log"}
+
+
+def test_alembic_check_finds_no_drift_on_postgres() -> None:
+    # DuckDB's reflection is too thin for autogenerate (verified): the column check above
+    # covers it; PostgreSQL gets alembic's own comparison.
+    with fresh_postgres_database() as url:
+        db = Database(url)
+        db.migrate()
+        command.check(alembic_config(url))  # raises on any difference
+        db.dispose()

@@ -1,0 +1,146 @@
+"""The repository on real PostgreSQL and a real DuckDB file, through the write transaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from matcher import InvalidPatternError
+from store import (
+    Database,
+    InvalidSubscriptionError,
+    NewSubscription,
+    SubscriptionRepository,
+    validate,
+)
+
+
+def _add(db: Database, *items: NewSubscription) -> list[tuple[int, bool]]:
+    with db.write() as session:
+        repo = SubscriptionRepository(session)
+        return [(row.id, created) for row, created in (repo.add(validate(i)) for i in items)]
+
+
+def test_add_is_idempotent_per_tenant_subscriber_dialect_pattern(database: Database) -> None:
+    (first, created), (again, created_again) = _add(
+        database, NewSubscription("q1", "a.*"), NewSubscription("q1", "a.*")
+    )
+    assert created and not created_again and again == first
+    others = _add(
+        database,
+        NewSubscription("q2", "a.*"),
+        NewSubscription("q1", "a.*", tenant="t2"),
+        NewSubscription("q1", "a/+", dialect="mqtt"),
+    )
+    assert all(created for _, created in others)
+    assert len({first, *(i for i, _ in others)}) == 4
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        assert repo.count() == {"amqp": 3, "mqtt": 1}
+        assert repo.count("t2") == {"amqp": 1}
+        # one change per created row, in order
+        assert [c.op for c in repo.changes_since(0)] == ["add"] * 4
+        assert [c.subscription_id for c in repo.changes_since(0)] == [
+            first,
+            *(i for i, _ in others),
+        ]
+
+
+def test_headers_subscriptions_are_unique_by_criteria(database: Database) -> None:
+    new = NewSubscription("q", kind="headers", criteria=(("b", None), ("a", "1")), mode="all")
+    same = NewSubscription("q", kind="headers", criteria=(("a", "1"), ("b", None)), mode="all")
+    other = NewSubscription("q", kind="headers", criteria=(("a", "1"), ("b", None)), mode="any")
+    (a, _), (b, created), (c, _) = _add(database, new, same, other)
+    assert a == b and not created and c != a
+    with database.read() as session:
+        row = SubscriptionRepository(session).get(a)
+    assert row is not None and row.criteria == (("a", "1"), ("b", None)) and row.mode == "all"
+
+
+def test_bulk_add_reports_every_item(database: Database) -> None:
+    _add(database, NewSubscription("s", "x.1"))
+    items = [validate(NewSubscription("s", f"x.{i}", labels={"i": i})) for i in range(500)]
+    items.append(items[3])  # a duplicate inside the batch
+    with database.write() as session:
+        results = SubscriptionRepository(session).add_many(items)
+    assert len(results) == len(items)
+    assert results[1] == (1, False)  # x.1 existed before
+    assert results[-1][0] == results[3][0] and not results[-1][1]
+    assert sum(created for _, created in results) == 499
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        assert repo.count() == {"amqp": 500}
+        changes = repo.changes_since(0)
+        assert len(changes) == 500 and len({c.subscription_id for c in changes}) == 500
+        stored = repo.get(results[7][0])
+        assert stored is not None and stored.pattern == "x.7" and stored.labels == {"i": 7}
+
+
+def test_remove_and_tenant_isolation(database: Database) -> None:
+    ids = [
+        i
+        for i, _ in _add(
+            database,
+            NewSubscription("q1", "a"),
+            NewSubscription("q1", "b"),
+            NewSubscription("q2", "c"),
+            NewSubscription("q1", "d", tenant="other"),
+        )
+    ]
+    with database.write() as session:
+        repo = SubscriptionRepository(session)
+        assert repo.get(ids[3], tenant="default") is None  # another tenant's row
+        assert not repo.remove(ids[3], tenant="default")
+        assert repo.remove(ids[2])
+        assert not repo.remove(ids[2])
+        assert repo.remove_subscriber("default", "q1") == sorted(ids[:2])
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        assert repo.count() == {"amqp": 1}
+        removes = [c for c in repo.changes_since(4)]
+        assert [(c.op, c.subscription_id) for c in removes] == [
+            ("remove", ids[2]),
+            ("remove", ids[0]),
+            ("remove", ids[1]),
+        ]
+        assert removes[0].pattern == "c" and removes[0].subscriber == "q2"
+
+
+def test_list_filters_and_keyset_pagination(database: Database) -> None:
+    items = [NewSubscription(f"s{i % 3}", f"p{i % 5}.x.{i}", dialect="amqp") for i in range(40)]
+    items += [NewSubscription("s0", "m/+", dialect="mqtt")]
+    with database.write() as session:
+        SubscriptionRepository(session).add_many([validate(i) for i in items])
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        seen: list[int] = []
+        after = None
+        while page := repo.list(after_id=after, limit=7):
+            seen += [row.id for row in page]
+            after = page[-1].id
+        assert seen == sorted(seen) and len(seen) == 41
+        assert {r.subscriber for r in repo.list(subscriber="s1", limit=100)} == {"s1"}
+        assert len(repo.list(subscriber="s1", limit=100)) == 13
+        assert {r.pattern[:2] for r in repo.list(pattern_prefix="p3", limit=100)} == {"p3"}
+        assert [r.dialect for r in repo.list(dialect="mqtt")] == ["mqtt"]
+        assert len(list(repo.stream_all(batch_size=8))) == 41
+
+
+@pytest.mark.parametrize(
+    ("new", "code"),
+    [
+        (NewSubscription("", "a"), "empty_subscriber"),
+        (NewSubscription("q", "a", tenant=""), "empty_tenant"),
+        (NewSubscription("q" * 300, "a"), "subscriber_too_long"),
+        (NewSubscription("q", "a\x00"), "nul_byte"),
+        (NewSubscription("q", "a/#/b", dialect="mqtt"), "invalid_wildcard"),
+        (NewSubscription("q", "a", dialect="stomp"), "invalid_dialect"),
+        (NewSubscription("q", kind="headers"), "missing_criteria"),
+        (NewSubscription("q", "a", labels={"k": "v" * 5000}), "labels_too_large"),
+    ],
+)
+def test_validation_names_the_rule(new: NewSubscription, code: str) -> None:
+    with pytest.raises((InvalidSubscriptionError, InvalidPatternError)) as info:
+        validate(new)
+    error = info.value
+    assert isinstance(error, InvalidSubscriptionError | InvalidPatternError)
+    assert error.code == code
