@@ -54,7 +54,28 @@ def bench(
     run(out, engines, quick, messages=messages, repeats=repeats)
 
 
+@app.command()
+def migrate(
+    database_url: Annotated[
+        str | None,
+        typer.Option("--database-url", help="Default: TOPICSTORE_DATABASE_URL or the DuckDB file."),
+    ] = None,
+    revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
+) -> None:
+    """Apply the database migrations (PostgreSQL or DuckDB; idempotent)."""
+    from app.settings import get_settings
+    from store import Database
+
+    db = Database(database_url or get_settings().database_url)
+    try:
+        db.migrate(revision)
+    finally:
+        db.dispose()
+    typer.echo(f"migrated {db.backend.value} database to {revision}")
+
+
 def main() -> None:
     """Console entry point (``topicstore``)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # we report what ran ourselves
     app()

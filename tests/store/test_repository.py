@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
 
 from matcher import InvalidPatternError
@@ -12,6 +16,7 @@ from store import (
     SubscriptionRepository,
     validate,
 )
+from store.export import export_parquet
 
 
 def _add(db: Database, *items: NewSubscription) -> list[tuple[int, bool]]:
@@ -144,3 +149,22 @@ def test_validation_names_the_rule(new: NewSubscription, code: str) -> None:
     error = info.value
     assert isinstance(error, InvalidSubscriptionError | InvalidPatternError)
     assert error.code == code
+
+
+def test_export_parquet_round_trips(database: Database, tmp_path: Path) -> None:
+    items = [NewSubscription(f"s{i}", f"e.{i}.#", labels={"n": i}) for i in range(30)]
+    items.append(NewSubscription("h", kind="headers", criteria=(("k", None),), mode="any"))
+    items.append(NewSubscription("x", "other", tenant="t2"))
+    with database.write() as session:
+        SubscriptionRepository(session).add_many([validate(i) for i in items])
+    path = tmp_path / "out" / "subs.parquet"
+    assert export_parquet(database, path) == 32
+    table = pq.read_table(path).to_pylist()
+    assert [r["pattern"] for r in table[:3]] == ["e.0.#", "e.1.#", "e.2.#"]
+    assert json.loads(table[5]["labels"]) == {"n": 5}
+    headers = next(r for r in table if r["kind"] == "headers")
+    assert json.loads(headers["criteria"]) == [["k", None]] and headers["mode"] == "any"
+    assert export_parquet(database, path, tenant="t2") == 1
+    assert pq.read_table(path).column("subscriber").to_pylist() == ["x"]
+    assert export_parquet(database, path, tenant="nobody") == 0
+    assert pq.read_table(path).num_rows == 0
