@@ -4,7 +4,12 @@ on PostgreSQL (production, several replicas) or DuckDB (embedded, one file)."""
 from __future__ import annotations
 
 from store.db import CHANGES_CHANNEL, Backend, Database, backend_of
-from store.errors import InvalidSubscriptionError, StoreError, UnsupportedDatabaseError
+from store.errors import (
+    DatabaseLockedError,
+    InvalidSubscriptionError,
+    StoreError,
+    UnsupportedDatabaseError,
+)
 from store.records import (
     DEFAULT_TENANT,
     HEADERS_DIALECT,
@@ -22,6 +27,7 @@ __all__ = [
     "Backend",
     "Change",
     "Database",
+    "DatabaseLockedError",
     "InvalidSubscriptionError",
     "NewSubscription",
     "StoreError",

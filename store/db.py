@@ -21,7 +21,7 @@ from alembic.config import Config
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from store.errors import UnsupportedDatabaseError
+from store.errors import DatabaseLockedError, UnsupportedDatabaseError
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class Database:
             if database and database != ":memory:":
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.engine = sa.create_engine(url)
+            self._claim_duckdb_file()
         else:
             self.engine = sa.create_engine(
                 url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
@@ -66,6 +67,22 @@ class Database:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._local_writer = threading.Lock()
         self._after_commit: list[Callable[[], object]] = []
+
+    def _claim_duckdb_file(self) -> None:
+        """Open the file now: DuckDB lets one process at a time write a file, and a second
+        process should learn that here, clearly, not at its first query."""
+        try:
+            with self.engine.connect():
+                pass
+        except sa.exc.DBAPIError as e:
+            if "lock" in str(e).lower():
+                self.engine.dispose()
+                raise DatabaseLockedError(
+                    "database_locked",
+                    f"another process holds the DuckDB file {self.url!r}; stop it or go "
+                    "through its API",
+                ) from e
+            raise
 
     @property
     def is_postgres(self) -> bool:

@@ -18,3 +18,7 @@ class InvalidSubscriptionError(StoreError, ValueError):
 
 class UnsupportedDatabaseError(StoreError, ValueError):
     """The database URL names a backend other than PostgreSQL or DuckDB."""
+
+
+class DatabaseLockedError(StoreError):
+    """The DuckDB file is owned by another process (DuckDB allows one writer process)."""

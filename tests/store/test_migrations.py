@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,3 +66,23 @@ def test_alembic_check_finds_no_drift_on_postgres() -> None:
         db.migrate()
         command.check(alembic_config(url))  # raises on any difference
         db.dispose()
+
+
+def test_a_second_process_cannot_open_the_duckdb_file(tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'owned.duckdb'}"
+    owner = Database(url)
+    owner.migrate()
+    script = (
+        "import sys\n"
+        "from store import Database, DatabaseLockedError\n"
+        "try:\n"
+        f"    Database({url!r})\n"
+        "except DatabaseLockedError as e:\n"
+        "    print(e.code); sys.exit(3)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.strip() == "database_locked"
+    owner.dispose()
