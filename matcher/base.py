@@ -92,7 +92,7 @@ class Matcher(ABC):
                     "too_many_subscriptions",
                     f"the matcher holds {self.limits.max_subscriptions} subscriptions, its limit",
                 )
-            tokens = self.dialect.parse_pattern(text, self.limits)
+            tokens = self.dialect.tokens_of(text, self.limits)
             self._add(sub_id, tokens, text)
             self._patterns[sub_id] = text
 
@@ -119,7 +119,7 @@ class Matcher(ABC):
                         f"subscription {sub_id} already has pattern {existing!r}, not {text!r}",
                     )
                 batch[sub_id] = text
-                prepared.append((sub_id, self.dialect.parse_pattern(text, limits), text))
+                prepared.append((sub_id, self.dialect.tokens_of(text, limits), text))
             if len(self._patterns) + len(prepared) > limits.max_subscriptions:
                 raise CapacityError(
                     "too_many_subscriptions",

@@ -83,6 +83,8 @@ def canonical(tokens: Tokens) -> Tokens:
     Both rewrites keep the set of matched topics: a run of k ``*`` and at least one ``#``
     matches exactly the sequences of k or more words, whatever the order.
     """
+    if MANY not in tokens:
+        return tokens  # nothing to merge or reorder (the common case)
     out: list[Token] = []
     i, n = 0, len(tokens)
     while i < n:
@@ -203,7 +205,11 @@ class Dialect:
 
     def parse_pattern(self, pattern: str, limits: Limits = DEFAULT_LIMITS) -> Tokens:
         """Tokens of ``pattern`` as written (not canonical; see ``canonical``)."""
-        text = checked_text(pattern, "pattern", limits.max_pattern_bytes)
+        return self.tokens_of(checked_text(pattern, "pattern", limits.max_pattern_bytes), limits)
+
+    def tokens_of(self, text: str, limits: Limits = DEFAULT_LIMITS) -> Tokens:
+        """Tokens of pattern ``text`` that already passed ``checked_text`` (bulk loads check
+        once, not twice)."""
         if not text:
             if not self.empty_topic_allowed:
                 raise InvalidPatternError(
@@ -212,6 +218,10 @@ class Dialect:
             return ()
         words = text.split(self.separator)
         _check_word_count("pattern", len(words), limits.max_words)
+        if self is AMQP:
+            # Every word is valid in AMQP: only the two wildcards need translating.
+            wildcards = _AMQP_WILDCARDS
+            return tuple([wildcards.get(word, word) for word in words])
         tokens: list[Token] = []
         last = len(words) - 1
         for i, word in enumerate(words):
@@ -238,7 +248,7 @@ class Dialect:
                     )
                 if self.whitespace_forbidden and any(c in _WHITESPACE for c in word):
                     raise InvalidPatternError(
-                        "whitespace", "nats patterns may not contain whitespace"
+                        "whitespace", f"{self.name} patterns may not contain whitespace"
                     )
                 tokens.append(word)
         if self.mqtt_dollar_rule:
@@ -315,6 +325,8 @@ NATS: Final = Dialect(
     whitespace_forbidden=True,
     mqtt_dollar_rule=False,
 )
+
+_AMQP_WILDCARDS: Final[dict[str, Token]] = {"*": ONE, "#": MANY}
 
 DIALECTS: Final[dict[str, Dialect]] = {d.name: d for d in (AMQP, MQTT, NATS)}
 

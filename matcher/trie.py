@@ -247,24 +247,23 @@ class TrieMatcher(TrieWalker):
         root = self._root
         node: TrieNode = root
         for token in canonical(tokens):
-            if token is ONE:
+            if isinstance(token, str):
+                child = node.children.get(token)
+                if child is None:
+                    child = node.children[token] = TrieNode()
+                    root.node_count += 1
+            elif token is ONE:
                 child = node.star
                 if child is None:
                     child = node.star = TrieNode()
                     root.node_count += 1
-            elif token is MANY:
+            else:
                 child = node.hash
                 if child is None:
                     child = TrieNode(is_hash=True)
                     root.node_count += 1
                     root.hash_count += 1
                     node.hash = child
-            else:
-                assert isinstance(token, str)
-                child = node.children.get(token)
-                if child is None:
-                    child = node.children[token] = TrieNode()
-                    root.node_count += 1
             node = child
         ids = node.ids
         if ids is None:

@@ -259,23 +259,27 @@ class SubscriptionRepository:
 
     def stream_all(self, batch_size: int = 10_000) -> Iterator[Change]:
         """Every subscription, as ``add`` changes (seq 0), streamed in batches (a server-side
-        cursor on PostgreSQL), for building matchers without holding every row at once."""
-        columns = [Subscription.id, *(Subscription.__table__.c[n] for n in _CHANGE_COLUMNS)]
-        result = self.session.execute(
-            sa.select(*columns).order_by(Subscription.id).execution_options(yield_per=batch_size)
+        cursor on PostgreSQL), for building matchers without holding every row at once.
+        Core, not ORM: no identity map or entity rows for a million subscriptions."""
+        table = Subscription.__table__
+        query = sa.select(table.c.id, *(table.c[n] for n in _CHANGE_COLUMNS)).order_by(table.c.id)
+        result = (
+            self.session.connection()
+            .execution_options(stream_results=True, yield_per=batch_size)
+            .execute(query)
         )
-        for row in result:
+        for sub_id, tenant, subscriber, pattern, dialect, kind, criteria, mode in result:
             yield Change(
                 0,
                 "add",
-                row[0],
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                row[5],
-                criteria_tuple(row[6]),
-                row[7],
+                sub_id,
+                tenant,
+                subscriber,
+                pattern,
+                dialect,
+                kind,
+                None if criteria is None else criteria_tuple(criteria),
+                mode,
             )
 
     def changes_since(self, seq: int, limit: int = 10_000) -> builtins.list[Change]:
