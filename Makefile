@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# Until the API lands, "run" runs the benchmark suite and writes its tables and charts.
+# The service on the embedded DuckDB default (./data/), in development mode: it prints the
+# URL, the docs URL and the admin token it made. Set TOPICSTORE_ADMIN_TOKEN (and
+# TOPICSTORE_DATABASE_URL for PostgreSQL) to run it for real.
 run: setup
-	$(BIN)/topicstore bench --out bench-out
+	$(BIN)/topicstore serve --dev
 
 test: setup lint typecheck pytest
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -26,6 +27,15 @@ def _root() -> None:
 
 @app.command()
 def bench(
+    tables: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[TABLE]...",
+            help="Tables to run (default all): throughput, micro, memory, scaled, concurrency, "
+            "adversarial, cs_trie_load.",
+            show_default=False,
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write <table>.txt/.png and results.json here.")
     ] = None,
@@ -41,8 +51,9 @@ def bench(
         int | None, typer.Option("--repeats", min=1, help="Throughput passes; best kept (3).")
     ] = None,
 ) -> None:
-    """Run seed 000's benchmark tables (throughput, micro, memory) beside the baseline."""
+    """Run the seed benchmark tables beside the dict-trie baseline."""
     from bench.suite import run  # matplotlib loads only for this command
+    from bench.tables import TABLES
 
     engines = engine or list(ENGINES)
     unknown = [name for name in engines if name not in ENGINES]
@@ -51,7 +62,13 @@ def bench(
             f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(ENGINES)}",
             param_hint="--engine",
         )
-    run(out, engines, quick, messages=messages, repeats=repeats)
+    unknown_tables = [name for name in tables or () if name not in TABLES]
+    if unknown_tables:
+        raise typer.BadParameter(
+            f"unknown table(s) {', '.join(unknown_tables)}; known: {', '.join(TABLES)}",
+            param_hint="TABLE",
+        )
+    run(out, engines, quick, tables=tables, messages=messages, repeats=repeats)
 
 
 @app.command()
@@ -74,8 +91,217 @@ def migrate(
     typer.echo(f"migrated {db.backend.value} database to {revision}")
 
 
+sub = typer.Typer(
+    help="Manage subscriptions (through the running service when it holds the store)."
+)
+app.add_typer(sub, name="sub")
+
+ApiOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api",
+        help="Service URL. Default: the store itself, or the local service if it holds it.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _emit(data: object, as_json: bool, human: str) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, ensure_ascii=False))
+    else:
+        typer.echo(human)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (TOPICSTORE_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (TOPICSTORE_PORT).")] = None,
+    dev: Annotated[
+        bool, typer.Option("--dev", help="Development mode: make an admin token if none is set.")
+    ] = False,
+) -> None:
+    """Run the API (migrations are applied at startup)."""
+    import uvicorn
+
+    from app.main import ConfigurationError, create_app, secure
+    from app.settings import Settings
+
+    settings = Settings()
+    updates: dict[str, object] = {"dev": settings.dev or dev}
+    if host is not None:
+        updates["host"] = host
+    if port is not None:
+        updates["port"] = port
+    settings = settings.model_copy(update=updates)
+    try:
+        settings = secure(settings)
+    except ConfigurationError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    url = f"http://{settings.host}:{settings.port}"
+    typer.echo(f"topicstore on {settings.database_url}")
+    typer.echo(f"  API:   {url}")
+    typer.echo(f"  docs:  {url}/docs")
+    if dev or settings.dev:
+        typer.secho(
+            f"  DEVELOPMENT MODE — admin token: {settings.admin_token}", fg="yellow", bold=True
+        )
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+
+
+@sub.command("add")
+def sub_add(
+    subscriber: str,
+    pattern: str,
+    dialect: Annotated[str, typer.Option(help="amqp, mqtt or nats.")] = "amqp",
+    tenant: Annotated[str | None, typer.Option()] = None,
+    label: Annotated[list[str] | None, typer.Option(help="key=value (repeatable).")] = None,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Add one subscription."""
+    from app.admin import connect
+    from app.settings import get_settings
+
+    labels = dict(item.split("=", 1) for item in label or []) or None
+    item = {
+        "subscriber": subscriber,
+        "pattern": pattern,
+        "dialect": dialect,
+        "tenant": tenant,
+        "labels": labels,
+    }
+    with connect(get_settings(), api) as admin:
+        (result,) = admin.add_many([item])
+    if result["status"] == "error":
+        _emit(result, as_json, f"error: {result['error']['code']}: {result['error']['message']}")
+        raise typer.Exit(1)
+    _emit(result, as_json, f"{result['status']} subscription {result['id']}")
+
+
+@sub.command("rm")
+def sub_rm(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> None:
+    """Remove one subscription by id."""
+    from app.admin import connect
+    from app.settings import get_settings
+
+    with connect(get_settings(), api) as admin:
+        removed = admin.remove(sub_id)
+    _emit(
+        {"id": sub_id, "removed": removed},
+        as_json,
+        "removed" if removed else f"no subscription {sub_id}",
+    )
+    if not removed:
+        raise typer.Exit(1)
+
+
+@sub.command("ls")
+def sub_ls(
+    subscriber: Annotated[str | None, typer.Option()] = None,
+    pattern_prefix: Annotated[str | None, typer.Option()] = None,
+    dialect: Annotated[str | None, typer.Option()] = None,
+    after: Annotated[int | None, typer.Option(help="Last id seen (pagination).")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List subscriptions in id order."""
+    from app.admin import connect
+    from app.settings import get_settings
+
+    with connect(get_settings(), api) as admin:
+        rows = admin.list(
+            subscriber=subscriber,
+            pattern_prefix=pattern_prefix,
+            dialect=dialect,
+            after_id=after,
+            limit=limit,
+        )
+    lines = [f"{r['id']:>10}  {r['subscriber']:<20} {r['dialect']:<6} {r['pattern']}" for r in rows]
+    _emit(rows, as_json, "\n".join(lines) if lines else "(none)")
+
+
+@sub.command("import")
+def sub_import(
+    path: Path,
+    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Items per request.")] = 1_000,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import a CSV (subscriber,pattern[,dialect,tenant]) or JSON-lines file; every bad line
+    is reported with its line number, the good ones are stored."""
+    from app.admin import connect
+    from app.imports import read_items
+    from app.settings import get_settings
+
+    items, problems = read_items(path)
+    report: list[dict[str, object]] = list(problems)
+    created = exists = 0
+    with (
+        connect(get_settings(), api) as admin,
+        typer.progressbar(length=len(items), label="importing") as bar,
+    ):
+        for start in range(0, len(items), batch):
+            chunk = items[start : start + batch]
+            for (line, _), result in zip(
+                chunk, admin.add_many([item for _, item in chunk]), strict=True
+            ):
+                if result["status"] == "error":
+                    report.append({"line": line, **result["error"]})
+                else:
+                    created += result["status"] == "created"
+                    exists += result["status"] == "exists"
+            bar.update(len(chunk))
+    report.sort(key=lambda problem: int(str(problem["line"])))
+    summary = {"created": created, "exists": exists, "failed": len(report), "errors": report}
+    human = [f"created {created}, already there {exists}, failed {len(report)}"]
+    human += [f"  line {p['line']}: {p['code']}: {p['message']}" for p in report]
+    _emit(summary, as_json, "\n".join(human))
+    if report:
+        raise typer.Exit(1)
+
+
+@app.command("match")
+def match_topic(
+    topic: str,
+    dialect: Annotated[str, typer.Option()] = "amqp",
+    tenant: Annotated[str | None, typer.Option()] = None,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Which subscriptions match TOPIC."""
+    from app.admin import connect
+    from app.settings import get_settings
+
+    with connect(get_settings(), api) as admin:
+        result = admin.match(topic, dialect, tenant)
+    ids, names = result["subscriptions"], ", ".join(result["subscribers"])
+    human = f"{len(ids)} subscriptions: {ids}\nsubscribers: {names}"
+    _emit(result, as_json, human)
+
+
+@app.command()
+def export(
+    path: Path,
+    tenant: Annotated[str | None, typer.Option()] = None,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write the subscriptions to a Parquet file (the input of `topicstore route`)."""
+    from app.admin import connect
+    from app.settings import get_settings
+
+    with connect(get_settings(), api) as admin:
+        rows = admin.export(path, tenant)
+    _emit({"path": str(path), "rows": rows}, as_json, f"wrote {rows} subscriptions to {path}")
+
+
 def main() -> None:
     """Console entry point (``topicstore``)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # we report what ran ourselves
+    # We report what ran ourselves; these libraries log every step at INFO.
+    for chatty in ("alembic", "httpx"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     app()

@@ -4,6 +4,7 @@ variables (or a ``.env`` file); libraries below take explicit parameters instead
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +32,28 @@ class Settings(BaseSettings):
     reconcile_interval: float | None = Field(
         300.0, gt=0, description="Seconds between drift checks against the store (None = off)."
     )
+
+    host: str = Field("127.0.0.1", description="Address `topicstore serve` binds.")
+    port: int = Field(8080, ge=1, le=65535)
+    admin_token: str | None = Field(
+        None, min_length=16, description="Bearer token of the operator: any tenant."
+    )
+    tenant_tokens: dict[str, str] = Field(
+        default_factory=dict,
+        description='Bearer tokens bound to one tenant each: {"token": "tenant"}.',
+    )
+    dev: bool = Field(
+        False, description="Development mode: without an admin token, make one and say so."
+    )
+    dev_token_file: Path = Field(
+        Path("data/dev-admin-token"),
+        description="Development mode keeps its made-up token here, so the CLI can use it.",
+    )
+    match_auth: bool = Field(True, description="Whether match endpoints need a token too.")
+    max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
+    max_batch: int = Field(10_000, ge=1, description="Most topics or items in one batch.")
+    tenant_quota: int = Field(1_000_000, ge=1, description="Most subscriptions per tenant.")
+    max_topic_bytes: int = Field(255, ge=1, description="Topic and pattern limit (bytes).")
 
 
 @lru_cache

@@ -1,0 +1,83 @@
+"""HTTP errors: one envelope, ``{"error": {"code", "message", ...}}``, for every refusal.
+
+Only this module maps package errors (each with a machine-readable ``code``) to HTTP status
+codes. Nothing a client sends should produce a 500: handlers below turn every known failure
+into a 4xx naming the rule, and the service keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from matcher import CapacityError, MatcherError, SubscriptionConflictError
+from store import DatabaseLockedError, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A refusal raised by the app itself (auth, not found, limits)."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+
+def envelope(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        {"error": {"code": code, "message": message, **extra}}, status, headers=headers
+    )
+
+
+def _status_for(error: MatcherError | StoreError) -> int:
+    if isinstance(error, DatabaseLockedError):
+        return 503
+    if isinstance(error, SubscriptionConflictError):
+        return 409
+    if isinstance(error, CapacityError):
+        return 403
+    return 400
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, e: ApiError) -> JSONResponse:
+        return envelope(e.status, e.code, e.message, **e.extra)
+
+    @app.exception_handler(MatcherError)
+    async def _matcher(_: Request, e: MatcherError) -> JSONResponse:
+        return envelope(_status_for(e), e.code, e.message)
+
+    @app.exception_handler(StoreError)
+    async def _store(_: Request, e: StoreError) -> JSONResponse:
+        return envelope(_status_for(e), e.code, e.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"loc": [str(part) for part in err.get("loc", ())], "msg": err.get("msg", "")}
+            for err in e.errors()
+        ]
+        first = problems[0] if problems else {"loc": [], "msg": "invalid request"}
+        where = ".".join(first["loc"])
+        return envelope(
+            422,
+            "invalid_request",
+            f"{where}: {first['msg']}" if where else str(first["msg"]),
+            details=problems,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+        return envelope(e.status_code, codes.get(e.status_code, "http_error"), str(e.detail))

@@ -1,0 +1,68 @@
+"""Reading subscriptions to import: CSV (``subscriber,pattern[,dialect,tenant]``, optional
+header) or JSON lines (objects with the API's fields). Unreadable lines become problems
+with their line number; nothing is silently dropped."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+Item = dict[str, Any]
+Problem = dict[str, object]
+
+
+def read_items(path: Path) -> tuple[list[tuple[int, Item]], list[Problem]]:
+    """(line number, item) for every readable line, and a problem for every other line."""
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    if path.suffix.lower() in {".jsonl", ".ndjson", ".json"}:
+        return _json_lines(text)
+    return _csv(text)
+
+
+def _json_lines(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
+    items: list[tuple[int, Item]] = []
+    problems: list[Problem] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append({"line": number, "code": "invalid_json", "message": e.msg})
+            continue
+        if not isinstance(item, dict):
+            problems.append(
+                {
+                    "line": number,
+                    "code": "not_an_object",
+                    "message": "each line must be a JSON object",
+                }
+            )
+            continue
+        items.append((number, item))
+    return items, problems
+
+
+def _csv(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
+    items: list[tuple[int, Item]] = []
+    problems: list[Problem] = []
+    fields = ("subscriber", "pattern", "dialect", "tenant")
+    for number, row in enumerate(csv.reader(text.splitlines()), start=1):
+        if not row or (
+            number == 1 and [c.strip().lower() for c in row[:2]] == ["subscriber", "pattern"]
+        ):
+            continue
+        if not 2 <= len(row) <= 4:
+            problems.append(
+                {
+                    "line": number,
+                    "code": "bad_columns",
+                    "message": "expected subscriber,pattern[,dialect,tenant]",
+                }
+            )
+            continue
+        item: Item = dict(zip(fields, row, strict=False))
+        items.append((number, {k: v for k, v in item.items() if v != "" or k == "pattern"}))
+    return items, problems

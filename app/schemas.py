@@ -1,0 +1,156 @@
+"""Request and response bodies (the OpenAPI schema is generated from these)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from store import StoredSubscription
+
+Dialect = Literal["amqp", "mqtt", "nats"]
+
+
+class SubscriptionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subscriber: str = Field(description="Queue or client that receives the messages.")
+    pattern: str = Field("", description="Topic pattern (kind 'topic').")
+    dialect: Dialect = "amqp"
+    tenant: str | None = Field(None, description="Only the admin token may name a tenant.")
+    kind: Literal["topic", "headers"] = "topic"
+    criteria: dict[str, str | None] | None = Field(
+        None, description="kind 'headers': field -> value, or null for 'field is present'."
+    )
+    mode: Literal["all", "any"] | None = Field(None, description="kind 'headers'.")
+    labels: dict[str, Any] | None = None
+
+
+class SubscriptionOut(BaseModel):
+    id: int
+    tenant: str
+    subscriber: str
+    pattern: str
+    dialect: str
+    kind: str
+    criteria: dict[str, str | None] | None
+    mode: str | None
+    labels: dict[str, Any] | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: StoredSubscription) -> SubscriptionOut:
+        return cls(
+            id=row.id,
+            tenant=row.tenant,
+            subscriber=row.subscriber,
+            pattern=row.pattern,
+            dialect=row.dialect,
+            kind=row.kind,
+            criteria=None if row.criteria is None else dict(row.criteria),
+            mode=row.mode,
+            labels=row.labels,
+            created_at=row.created_at,
+        )
+
+
+class BulkIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[SubscriptionIn]
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class BulkItem(BaseModel):
+    index: int
+    status: Literal["created", "exists", "error"]
+    id: int | None = None
+    error: ErrorBody | None = None
+
+
+class BulkOut(BaseModel):
+    created: int
+    exists: int
+    failed: int
+    results: list[BulkItem]
+
+
+class Page(BaseModel):
+    items: list[SubscriptionOut]
+    next_after: int | None = Field(description="Pass as ?after= for the next page; null: done.")
+
+
+class Counts(BaseModel):
+    tenant: str
+    total: int
+    by_dialect: dict[str, int]
+
+
+class Deleted(BaseModel):
+    deleted: list[int]
+
+
+class MatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    topic: str
+    dialect: Dialect = "amqp"
+    tenant: str | None = None
+
+
+class MatchOut(BaseModel):
+    subscriptions: list[int]
+    subscribers: list[str]
+
+
+class BatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    topics: list[str]
+    dialect: Dialect = "amqp"
+    tenant: str | None = None
+
+
+class BatchItem(BaseModel):
+    subscriptions: list[int] | None = None
+    subscribers: list[str] | None = None
+    error: ErrorBody | None = None
+
+
+class BatchOut(BaseModel):
+    results: list[BatchItem]
+
+
+class HeadersMatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    headers: dict[str, str]
+    tenant: str | None = None
+
+
+class SnapshotEntry(BaseModel):
+    id: int
+    subscriber: str
+    dialect: str
+    pattern: str
+
+
+class SnapshotOut(BaseModel):
+    seq: int = Field(description="The change sequence number this listing reflects.")
+    subscriptions: list[SnapshotEntry]
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    seq: int
+    lag: int | None
+    subscriptions: int

@@ -1,0 +1,79 @@
+"""What a running service holds: settings, the store and the loader, started and stopped
+together. Routes reach them through ``ServicesDep``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+from prometheus_client import CollectorRegistry
+
+from app.errors import ApiError
+from app.settings import Settings
+from loader import Loader, RoutingTable
+from matcher import Limits
+from store import Database
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    loader: Loader
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    failure: BaseException | None = field(default=None)
+
+    @classmethod
+    def open(cls, settings: Settings) -> Services:
+        db = Database(settings.database_url)
+        db.migrate()
+        limits = Limits(
+            max_topic_bytes=settings.max_topic_bytes, max_pattern_bytes=settings.max_topic_bytes
+        )
+        loader = Loader(
+            db,
+            settings.engines,
+            limits=limits,
+            cache_size=settings.cache_size,
+            poll_interval=settings.poll_interval,
+            reconcile_interval=settings.reconcile_interval,
+        )
+        return cls(settings, db, loader)
+
+    def start_in_background(self) -> threading.Thread:
+        """Build the routing table off the request path: the service answers /healthz at
+        once and /readyz turns 200 when the table is complete."""
+
+        def build() -> None:
+            try:
+                self.loader.start()
+            except Exception as e:  # entry point of a thread: report it, stay up
+                log.exception("building the routing table failed")
+                self.failure = e
+
+        thread = threading.Thread(target=build, name="topicstore-build", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self.loader.stop()
+        self.db.dispose()
+
+    def table(self) -> RoutingTable:
+        """The routing table, or 503 while it is being built."""
+        if not self.loader.ready.is_set():
+            raise ApiError(503, "not_ready", "the routing table is still being built")
+        return self.loader.table
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
