@@ -99,6 +99,30 @@ def _name(value: object, what: str) -> str:
     return text
 
 
+MAX_LABELS_DEPTH: Final = 8
+
+
+def _check_label_text(value: object, depth: int) -> None:
+    """Labels are stored as JSON: every string in them (keys too) must be valid Unicode
+    without NUL (PostgreSQL's JSONB refuses ``\\u0000``), nested at most 8 deep."""
+    if depth > MAX_LABELS_DEPTH:
+        raise InvalidSubscriptionError(
+            "labels_too_deep", f"labels nest at most {MAX_LABELS_DEPTH} levels"
+        )
+    if isinstance(value, str):
+        try:
+            checked_text(value, "label", MAX_LABELS_BYTES)
+        except MatcherError as e:
+            raise InvalidSubscriptionError(e.code, e.message) from e
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_label_text(key, depth + 1)
+            _check_label_text(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_label_text(item, depth + 1)
+
+
 def validate(
     new: NewSubscription,
     limits: Limits | None = None,
@@ -111,7 +135,8 @@ def validate(
     if new.labels is not None:
         if not isinstance(new.labels, dict):
             raise InvalidSubscriptionError("invalid_labels", "labels must be a JSON object")
-        size = len(json.dumps(new.labels, ensure_ascii=False).encode("utf-8", "replace"))
+        _check_label_text(new.labels, 0)
+        size = len(json.dumps(new.labels, ensure_ascii=False).encode("utf-8"))
         if size > MAX_LABELS_BYTES:
             raise InvalidSubscriptionError(
                 "labels_too_large",

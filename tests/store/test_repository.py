@@ -141,6 +141,9 @@ def test_list_filters_and_keyset_pagination(database: Database) -> None:
         (NewSubscription("q", "a", dialect="stomp"), "invalid_dialect"),
         (NewSubscription("q", kind="headers"), "missing_criteria"),
         (NewSubscription("q", "a", labels={"k": "v" * 5000}), "labels_too_large"),
+        (NewSubscription("q", "a", labels={"k": "v\x00"}), "nul_byte"),
+        (NewSubscription("q", "a", labels={"k\ud800": 1}), "lone_surrogate"),
+        (NewSubscription("q", "a", labels={"k": [[[[[[[[[1]]]]]]]]]}), "labels_too_deep"),
     ],
 )
 def test_validation_names_the_rule(new: NewSubscription, code: str) -> None:
