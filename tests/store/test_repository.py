@@ -140,7 +140,11 @@ def test_list_filters_and_keyset_pagination(database: Database) -> None:
         (NewSubscription("q", "a/#/b", dialect="mqtt"), "invalid_wildcard"),
         (NewSubscription("q", "a", dialect="stomp"), "invalid_dialect"),
         (NewSubscription("q", kind="headers"), "missing_criteria"),
-        (NewSubscription("q", "a", labels={"k": "v" * 5000}), "labels_too_large"),
+        (
+            NewSubscription("q", "a", labels={f"k{i}": "v" * 100 for i in range(50)}),
+            "labels_too_large",
+        ),
+        (NewSubscription("q", "a", labels={"k": "v" * 5000}), "label_too_long"),
         (NewSubscription("q", "a", labels={"k": "v\x00"}), "nul_byte"),
         (NewSubscription("q", "a", labels={"k\ud800": 1}), "lone_surrogate"),
         (NewSubscription("q", "a", labels={"k": [[[[[[[[[1]]]]]]]]]}), "labels_too_deep"),
