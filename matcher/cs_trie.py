@@ -21,7 +21,16 @@ from immutables import Map
 from matcher.base import MatchResult
 from matcher.grammar import MANY, ONE, Tokens, canonical
 from matcher.limits import Limits
-from matcher.trie import FROZEN_MAX, IdSet, TrieMatcher, TrieNode, TrieWalker, WalkRoot, walk
+from matcher.trie import (
+    FROZEN_MAX,
+    IdSet,
+    TrieMatcher,
+    TrieNode,
+    TrieWalker,
+    WalkRoot,
+    child_for,
+    walk,
+)
 
 _NO_CHILDREN: Map[str, _PNode] = Map()
 
@@ -221,13 +230,7 @@ class CsTrieMatcher(TrieWalker):
                 )
             else:
                 token = path[i]
-                if token is ONE:
-                    child = node.star
-                elif token is MANY:
-                    child = node.hash
-                else:
-                    assert isinstance(token, str)
-                    child = node.children.get(token)
+                child = child_for(node, token)
                 if child is None:
                     return node
                 new_child = delete(child, i + 1)

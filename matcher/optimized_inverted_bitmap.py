@@ -18,7 +18,8 @@ row), sparsest first, stopping at the first empty intersection.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 
 from pyroaring import BitMap, FrozenBitMap
 
@@ -88,7 +89,11 @@ class _Group:
         May return one of the group's own bitmaps: callers copy before handing it out.
         """
         rows: list[BitMap] = []
-        for position, word in zip(self.forward, words, strict=False):
+        # Forward positions read the topic from its start, backward ones from its end.
+        pairs: Iterable[tuple[_Position, str]] = zip(self.forward, words, strict=False)
+        if self.backward:
+            pairs = chain(pairs, zip(self.backward, reversed(words), strict=False))
+        for position, word in pairs:
             literal = position.words.get(word)
             one = position.one
             if literal is None:
@@ -97,16 +102,6 @@ class _Group:
                 rows.append(one)
             else:
                 rows.append(literal | one if one else literal)
-        if self.backward:
-            for position, word in zip(self.backward, reversed(words), strict=False):
-                literal = position.words.get(word)
-                one = position.one
-                if literal is None:
-                    if not one:
-                        return None
-                    rows.append(one)
-                else:
-                    rows.append(literal | one if one else literal)
         if not rows:
             return self.members
         rows.sort(key=len)

@@ -12,7 +12,7 @@ backtracking trie takes exponential time on ``#.#.#.#.#.a`` against long keys.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, TypeVar
 
 from immutables import Map
 
@@ -23,6 +23,8 @@ from matcher.limits import Limits
 #: Ids stored at a node: small sets are frozen and replaced on write, so the common
 #: single-node match returns them without a copy; larger ones are a ``set`` (``trie``) or a
 #: persistent ``Map`` (``cs_trie``), so writes stay cheap, and a match copies them.
+N = TypeVar("N", bound="WalkNode")
+
 IdSet: TypeAlias = frozenset[int] | set[int] | Map[int, None]
 FROZEN_MAX = 16
 
@@ -181,6 +183,13 @@ def walk(root: WalkNode, words: list[str], level_sizes: list[int] | None) -> lis
     return level
 
 
+def child_for(node: N, token: Token) -> N | None:
+    """The child of ``node`` that ``token`` leads to (a literal, ``*`` or ``#`` edge)."""
+    if isinstance(token, str):
+        return node.children.get(token)  # type: ignore[return-value]
+    return node.star if token is ONE else node.hash  # type: ignore[return-value]
+
+
 def closure(nodes: list[WalkNode]) -> list[WalkNode]:
     """``nodes`` plus the ``#`` children they reach without eating a word, each node once.
 
@@ -279,13 +288,7 @@ class TrieMatcher(TrieWalker):
         path: list[tuple[TrieNode, Token]] = []
         node: TrieNode = root
         for token in canonical(tokens):
-            if token is ONE:
-                child = node.star
-            elif token is MANY:
-                child = node.hash
-            else:
-                assert isinstance(token, str)
-                child = node.children.get(token)
+            child = child_for(node, token)
             if child is None:
                 return
             path.append((node, token))
