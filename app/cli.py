@@ -123,11 +123,18 @@ def serve(
 ) -> None:
     """Run the API (migrations are applied at startup)."""
     import uvicorn
+    from pydantic import ValidationError
 
     from app.main import ConfigurationError, create_app, secure
     from app.settings import Settings
 
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as e:
+        for problem in e.errors():
+            name = "TOPICSTORE_" + "_".join(map(str, problem["loc"])).upper()
+            typer.echo(f"error: {name}: {problem['msg']}", err=True)
+        raise typer.Exit(2) from e
     updates: dict[str, object] = {"dev": settings.dev or dev}
     if host is not None:
         updates["host"] = host

@@ -15,10 +15,26 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.schemas import ErrorOut
 from matcher import CapacityError, MatcherError, SubscriptionConflictError
 from store import DatabaseLockedError, StoreError
 
 log = logging.getLogger(__name__)
+
+_MEANINGS = {
+    400: "Invalid input: the code names the broken rule (URL, body, topic or pattern).",
+    401: "No bearer token, or an unknown one.",
+    403: "The token may not act on that tenant, or the tenant's quota is full.",
+    404: "No such subscription (for this tenant).",
+    413: "The body or the batch is over its limit.",
+    422: "The request does not fit the schema.",
+    503: "The routing table is still being built.",
+}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the refusals a route can give, all in the one envelope."""
+    return {status: {"model": ErrorOut, "description": _MEANINGS[status]} for status in statuses}
 
 
 class ApiError(Exception):
@@ -79,5 +95,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        # FastAPI reports a body json.loads could not read as a generic 400 "error parsing
+        # the body", raised from the parser's error: name the rule instead.
+        cause = e.__cause__
+        if isinstance(cause, UnicodeDecodeError):
+            return envelope(400, "invalid_utf8", "the request body is not valid UTF-8")
+        if isinstance(cause, RecursionError):
+            return envelope(400, "json_too_deep", "the JSON body nests too deeply")
+        if isinstance(cause, ValueError):  # e.g. an integer of more than 4300 digits
+            return envelope(400, "invalid_json", f"the JSON body cannot be read: {cause}")
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         return envelope(e.status_code, codes.get(e.status_code, "http_error"), str(e.detail))

@@ -28,9 +28,10 @@ def _json_lines(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            problems.append({"line": number, "code": "invalid_json", "message": e.msg})
+            item = json.loads(line, parse_constant=_not_json)
+        except ValueError as e:
+            message = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+            problems.append({"line": number, "code": "invalid_json", "message": message})
             continue
         if not isinstance(item, dict):
             problems.append(
@@ -43,6 +44,11 @@ def _json_lines(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
             continue
         items.append((number, item))
     return items, problems
+
+
+def _not_json(constant: str) -> Any:
+    """Python's parser reads NaN and Infinity, which JSON has not (nor has any store)."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _csv(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:

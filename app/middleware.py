@@ -13,6 +13,7 @@ from urllib.parse import unquote_to_bytes
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -45,8 +46,13 @@ def _query_problem(raw: bytes) -> tuple[str, str] | None:
     return None
 
 
-class _BodyTooLargeError(Exception):
-    pass
+class _BodyTooLargeError(HTTPException):
+    """Raised from ``receive`` while a route reads its body. An HTTPException, because
+    FastAPI turns any other error raised while reading the body into a 400 "error parsing
+    the body" (it re-raises HTTPExceptions); the app's handler maps 413 to ``body_too_large``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body limit is {limit} bytes")
 
 
 class EdgeChecks:
@@ -85,7 +91,7 @@ class EdgeChecks:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise _BodyTooLargeError
+                    raise _BodyTooLargeError(limit)
             return message
 
         async def tracking_send(message: Message) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from store import StoredSubscription
 
@@ -13,7 +13,9 @@ Dialect = Literal["amqp", "mqtt", "nats"]
 
 
 class SubscriptionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No NaN or infinities: Python's JSON parser reads NaN, Infinity and 1e400 into floats
+    # that no JSON column stores (PostgreSQL refuses them; DuckDB turned them into null).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     subscriber: str = Field(description="Queue or client that receives the messages.")
     pattern: str = Field("", description="Topic pattern (kind 'topic').")
@@ -24,7 +26,7 @@ class SubscriptionIn(BaseModel):
         None, description="kind 'headers': field -> value, or null for 'field is present'."
     )
     mode: Literal["all", "any"] | None = Field(None, description="kind 'headers'.")
-    labels: dict[str, Any] | None = None
+    labels: dict[str, JsonValue] | None = None
 
 
 class SubscriptionOut(BaseModel):
@@ -64,6 +66,21 @@ class BulkIn(BaseModel):
 class ErrorBody(BaseModel):
     code: str
     message: str
+
+
+class Problem(BaseModel):
+    loc: list[str]
+    msg: str
+
+
+class ErrorInfo(ErrorBody):
+    details: list[Problem] | None = Field(None, description="invalid_request: every problem.")
+
+
+class ErrorOut(BaseModel):
+    """Every refusal: ``code`` names the rule (``nul_byte``, ``topic_too_long``, ...)."""
+
+    error: ErrorInfo
 
 
 class BulkItem(BaseModel):

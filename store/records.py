@@ -7,6 +7,7 @@ matchers would refuse (the write order is: store first, then matcher).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias
@@ -104,7 +105,8 @@ MAX_LABELS_DEPTH: Final = 8
 
 def _check_label_text(value: object, depth: int) -> None:
     """Labels are stored as JSON: every string in them (keys too) must be valid Unicode
-    without NUL (PostgreSQL's JSONB refuses ``\\u0000``), nested at most 8 deep."""
+    without NUL (PostgreSQL's JSONB refuses ``\\u0000``), every number finite, nested at
+    most 8 deep."""
     if depth > MAX_LABELS_DEPTH:
         raise InvalidSubscriptionError(
             "labels_too_deep", f"labels nest at most {MAX_LABELS_DEPTH} levels"
@@ -114,6 +116,9 @@ def _check_label_text(value: object, depth: int) -> None:
             checked_text(value, "label", MAX_LABELS_BYTES)
         except MatcherError as e:
             raise InvalidSubscriptionError(e.code, e.message) from e
+    elif isinstance(value, float) and not math.isfinite(value):
+        # JSON has no NaN or infinity (1e400 parses as inf): PostgreSQL refuses them.
+        raise InvalidSubscriptionError("invalid_number", "labels may only hold finite numbers")
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_label_text(key, depth + 1)

@@ -9,19 +9,19 @@ import orjson
 from fastapi import APIRouter, Query, Response
 
 from app.auth import MatchCaller
-from app.errors import ApiError
+from app.errors import ApiError, documented
 from app.schemas import BatchIn, BatchOut, Dialect, HeadersMatchIn, MatchIn, MatchOut
 from app.services import ServicesDep
 from matcher import MatcherError
 
-router = APIRouter(prefix="/v1", tags=["match"])
+router = APIRouter(prefix="/v1", tags=["match"], responses=documented(400, 401, 403, 422, 503))
 
 
 def _json(content: Any) -> Response:
     return Response(orjson.dumps(content), media_type="application/json")
 
 
-@router.post("/match", response_model=MatchOut)
+@router.post("/match", response_model=MatchOut, responses=documented(413))
 async def match(body: MatchIn, caller: MatchCaller, services: ServicesDep) -> Response:
     """Every subscription of the caller's tenant whose pattern matches ``topic``."""
     table = services.table()
@@ -43,7 +43,7 @@ async def match_query(
     return _json({"subscriptions": sorted(ids), "subscribers": table.subscribers(ids)})
 
 
-@router.post("/match/batch", response_model=BatchOut)
+@router.post("/match/batch", response_model=BatchOut, responses=documented(413))
 async def match_batch(body: BatchIn, caller: MatchCaller, services: ServicesDep) -> Response:
     """Match many topics at once; an invalid topic gets an error entry, the others their
     matches (nothing is dropped)."""
@@ -70,7 +70,7 @@ async def match_batch(body: BatchIn, caller: MatchCaller, services: ServicesDep)
     return _json({"results": results})
 
 
-@router.post("/match/headers", response_model=MatchOut)
+@router.post("/match/headers", response_model=MatchOut, responses=documented(413))
 async def match_headers(
     body: HeadersMatchIn, caller: MatchCaller, services: ServicesDep
 ) -> Response:

@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.auth import AdminCaller
+from app.errors import documented
 from app.schemas import Health, Readiness, SnapshotOut
 from app.services import Services, ServicesDep
 
@@ -47,7 +48,12 @@ def metrics(services: ServicesDep) -> Response:
     return Response(generate_latest(services.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/v1/snapshot", response_model=SnapshotOut, tags=["subscriptions"])
+@router.get(
+    "/v1/snapshot",
+    response_model=SnapshotOut,
+    tags=["subscriptions"],
+    responses=documented(400, 401, 403, 422, 503),
+)
 def snapshot(
     caller: AdminCaller,
     services: ServicesDep,

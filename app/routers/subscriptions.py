@@ -9,9 +9,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.auth import AdminCaller
-from app.errors import ApiError
+from app.errors import ApiError, documented
 from app.schemas import (
     BulkIn,
     BulkItem,
@@ -28,9 +29,25 @@ from matcher import Limits, MatcherError
 from store import NewSubscription, StoreError, SubscriptionRepository, validate
 from store.export import export_parquet
 
-router = APIRouter(prefix="/v1", tags=["subscriptions"])
+router = APIRouter(prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422))
 
 SubId = Annotated[int, PathParam(ge=0, lt=2**32, description="Subscription id.")]
+
+
+class _NameConvertor(Convertor[str]):
+    """A whole path segment or more: a subscriber name may hold '/' (sent as %2F, which
+    arrives decoded) and any other character, newlines included (``:path`` stops there)."""
+
+    regex = r"[\s\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("name", _NameConvertor())
 
 
 def _new(item: SubscriptionIn, tenant: str, services: Services) -> NewSubscription:
@@ -67,7 +84,10 @@ def _check_quota(repo: SubscriptionRepository, tenant: str, adding: int, quota: 
     "/subscriptions",
     status_code=201,
     response_model=SubscriptionOut,
-    responses={200: {"model": SubscriptionOut, "description": "Already existed: that row."}},
+    responses={
+        200: {"model": SubscriptionOut, "description": "Already existed: that row."},
+        **documented(403, 413),
+    },
 )
 def create_subscription(
     item: SubscriptionIn, caller: AdminCaller, services: ServicesDep, response: Response
@@ -87,7 +107,10 @@ def create_subscription(
 @router.post(
     "/subscriptions/bulk",
     response_model=BulkOut,
-    responses={207: {"model": BulkOut, "description": "Some items failed: see each result."}},
+    responses={
+        207: {"model": BulkOut, "description": "Some items failed: see each result."},
+        **documented(403, 413),
+    },
 )
 def create_subscriptions(
     body: BulkIn, caller: AdminCaller, services: ServicesDep, response: Response
@@ -131,7 +154,7 @@ def create_subscriptions(
     )
 
 
-@router.get("/subscriptions/{sub_id}", response_model=SubscriptionOut)
+@router.get("/subscriptions/{sub_id}", response_model=SubscriptionOut, responses=documented(404))
 def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> SubscriptionOut:
     with services.db.read() as session:
         row = SubscriptionRepository(session).get(sub_id, tenant=caller.tenant)
@@ -140,7 +163,7 @@ def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) 
     return SubscriptionOut.of(row)
 
 
-@router.get("/subscriptions", response_model=Page)
+@router.get("/subscriptions", response_model=Page, responses=documented(403))
 def list_subscriptions(
     caller: AdminCaller,
     services: ServicesDep,
@@ -165,7 +188,7 @@ def list_subscriptions(
     return Page(items=[SubscriptionOut.of(row) for row in rows], next_after=next_after)
 
 
-@router.get("/subscriptions-count", response_model=Counts)
+@router.get("/subscriptions-count", response_model=Counts, responses=documented(403))
 def count_subscriptions(
     caller: AdminCaller,
     services: ServicesDep,
@@ -177,7 +200,7 @@ def count_subscriptions(
     return Counts(tenant=tenant, total=sum(by_dialect.values()), by_dialect=by_dialect)
 
 
-@router.delete("/subscriptions/{sub_id}", status_code=204)
+@router.delete("/subscriptions/{sub_id}", status_code=204, responses=documented(404))
 def delete_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> Response:
     with services.db.write() as session:
         removed = SubscriptionRepository(session).remove(sub_id, tenant=caller.tenant)
@@ -186,7 +209,11 @@ def delete_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDe
     return Response(status_code=204)
 
 
-@router.delete("/subscribers/{subscriber}/subscriptions", response_model=Deleted)
+@router.delete(
+    "/subscribers/{subscriber:name}/subscriptions",
+    response_model=Deleted,
+    responses=documented(403),
+)
 def delete_subscriber(
     subscriber: Annotated[str, PathParam(max_length=255)],
     caller: AdminCaller,
@@ -204,7 +231,7 @@ def delete_subscriber(
 @router.get(
     "/subscriptions-export",
     response_class=Response,
-    responses={200: {"content": {"application/vnd.apache.parquet": {}}}},
+    responses={200: {"content": {"application/vnd.apache.parquet": {}}}, **documented(403)},
 )
 def export_subscriptions(
     caller: AdminCaller,

@@ -146,6 +146,7 @@ def test_list_filters_and_keyset_pagination(database: Database) -> None:
         ),
         (NewSubscription("q", "a", labels={"k": "v" * 5000}), "label_too_long"),
         (NewSubscription("q", "a", labels={"k": "v\x00"}), "nul_byte"),
+        (NewSubscription("q", "a", labels={"k": [float("inf")]}), "invalid_number"),
         (NewSubscription("q", "a", labels={"k\ud800": 1}), "lone_surrogate"),
         (NewSubscription("q", "a", labels={"k": [[[[[[[[[1]]]]]]]]]}), "labels_too_deep"),
     ],

@@ -1,0 +1,311 @@
+"""The admin API on both backends: create, read, list, count, delete, bulk, headers
+subscriptions, snapshot and export. Expected values are written from the inputs by hand."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow.parquet as pq
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.app.conftest import A_HEADERS, ADMIN_HEADERS, create, match_ids
+
+
+def test_create_then_the_same_again_returns_the_existing_row(client: TestClient) -> None:
+    body = {"subscriber": "billing", "pattern": "stock.*.msft", "labels": {"team": "ops"}}
+    first = client.post("/v1/subscriptions", json=body, headers=ADMIN_HEADERS)
+    assert first.status_code == 201, first.text
+    row = first.json()
+    assert row["tenant"] == "default" and row["dialect"] == "amqp" and row["kind"] == "topic"
+    assert row["subscriber"] == "billing" and row["pattern"] == "stock.*.msft"
+    assert row["labels"] == {"team": "ops"}
+
+    again = client.post("/v1/subscriptions", json=body, headers=ADMIN_HEADERS)
+    assert again.status_code == 200, again.text
+    assert again.json() == row
+
+    # Another dialect or subscriber is another subscription.
+    other = create(client, "billing", "stock.*.msft", dialect="nats")
+    assert other["id"] != row["id"]
+    assert create(client, "audit", "stock.*.msft")["id"] not in {row["id"], other["id"]}
+
+
+def test_get_and_delete(client: TestClient) -> None:
+    row = create(client, "q1", "a.#")
+    got = client.get(f"/v1/subscriptions/{row['id']}", headers=ADMIN_HEADERS)
+    assert got.status_code == 200 and got.json() == row
+
+    deleted = client.delete(f"/v1/subscriptions/{row['id']}", headers=ADMIN_HEADERS)
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert match_ids(client, "a.b") == []
+    for method in ("GET", "DELETE"):
+        gone = client.request(method, f"/v1/subscriptions/{row['id']}", headers=ADMIN_HEADERS)
+        assert gone.status_code == 404, gone.text
+        assert gone.json()["error"]["code"] == "not_found"
+
+
+def test_list_filters_and_keyset_pagination(client: TestClient) -> None:
+    made = []
+    for i in range(23):
+        subscriber = ("alpha", "beta", "gamma")[i % 3]
+        dialect = "mqtt" if i % 4 == 0 else "amqp"
+        pattern = f"orders/{i}/#" if dialect == "mqtt" else f"orders.{i}.*"
+        made.append(create(client, subscriber, pattern, dialect=dialect))
+    create(client, "alpha", "elsewhere", headers=A_HEADERS)  # tenant acme: never listed here
+
+    def listing(**params: object) -> list[dict[str, object]]:
+        """Every page, following next_after; each page at most ``limit`` long."""
+        rows: list[dict[str, object]] = []
+        after: object = None
+        pages = 0
+        while True:
+            query = {**params, **({"after": after} if after is not None else {})}
+            page = client.get("/v1/subscriptions", params=query, headers=ADMIN_HEADERS)
+            assert page.status_code == 200, page.text
+            body = page.json()
+            assert len(body["items"]) <= int(str(params.get("limit", 100)))
+            rows += body["items"]
+            pages += 1
+            after = body["next_after"]
+            if after is None:
+                return rows
+            assert after == body["items"][-1]["id"]
+            assert pages < 50
+
+    everything = listing(limit=5)
+    assert everything == made  # id order, nothing missed or repeated across 5 pages
+    assert listing() == made
+    assert listing(subscriber="beta", limit=3) == [r for r in made if r["subscriber"] == "beta"]
+    assert listing(dialect="mqtt", limit=2) == [r for r in made if r["dialect"] == "mqtt"]
+    by_prefix = [r for r in made if str(r["pattern"]).startswith("orders.1")]
+    assert listing(pattern_prefix="orders.1", limit=4) == by_prefix
+    assert {r["id"] for r in by_prefix} == {
+        made[i]["id"] for i in (1, 10, 11, 13, 14, 15, 17, 18, 19)
+    }
+    assert listing(subscriber="alpha", dialect="mqtt") == [
+        r for r in made if r["subscriber"] == "alpha" and r["dialect"] == "mqtt"
+    ]
+    assert listing(subscriber="nobody") == []
+    assert listing(tenant="acme")[0]["pattern"] == "elsewhere"
+
+
+def test_count_per_dialect(client: TestClient) -> None:
+    assert client.get("/v1/subscriptions-count", headers=ADMIN_HEADERS).json() == {
+        "tenant": "default",
+        "total": 0,
+        "by_dialect": {},
+    }
+    create(client, "a", "x.*")
+    create(client, "a", "x.#")
+    create(client, "b", "x/+", dialect="mqtt")
+    create(client, "b", "x.>", dialect="nats")
+    create(client, "b", "", kind="headers", criteria={"k": "v"}, mode="all")
+    create(client, "b", "x.y", headers=A_HEADERS)
+    counts = client.get("/v1/subscriptions-count", headers=ADMIN_HEADERS)
+    assert counts.json() == {
+        "tenant": "default",
+        "total": 5,
+        "by_dialect": {"amqp": 2, "mqtt": 1, "nats": 1, "headers": 1},
+    }
+    acme = client.get("/v1/subscriptions-count", headers=A_HEADERS).json()
+    assert acme == {"tenant": "acme", "total": 1, "by_dialect": {"amqp": 1}}
+
+
+def test_delete_every_subscription_of_a_subscriber(client: TestClient) -> None:
+    doomed = [create(client, "doomed", p)["id"] for p in ("t.#", "t.*", "#")]
+    kept = create(client, "kept", "t.#")["id"]
+    other_tenant = create(client, "doomed", "t.#", headers=A_HEADERS)["id"]
+
+    response = client.delete("/v1/subscribers/doomed/subscriptions", headers=ADMIN_HEADERS)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"deleted": sorted(doomed)}
+    assert match_ids(client, "t.x") == [kept]
+    assert match_ids(client, "t.x", A_HEADERS) == [other_tenant]
+
+    again = client.delete("/v1/subscribers/doomed/subscriptions", headers=ADMIN_HEADERS)
+    assert again.json() == {"deleted": []}
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [
+        ("queue/with space+plus%é", "queue%2Fwith%20space%2Bplus%25%C3%A9"),
+        ("queue\nline two", "queue%0Aline%20two"),
+    ],
+    ids=["slash, space, plus, percent", "newline"],
+)
+def test_deleting_a_subscriber_whose_name_needs_escaping(
+    client: TestClient, name: str, path: str
+) -> None:
+    row = create(client, name, "r.#")
+    kept = create(client, "queue", "r.#")  # what the name starts with
+    response = client.delete(f"/v1/subscribers/{path}/subscriptions", headers=ADMIN_HEADERS)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"deleted": [row["id"]]}
+    assert match_ids(client, "r.x") == [kept["id"]]
+
+
+def test_bulk_with_valid_and_invalid_items(client: TestClient) -> None:
+    existing = create(client, "s", "bulk.existing")
+    items = [
+        {"subscriber": "s", "pattern": "bulk.*.one"},
+        {"subscriber": "s", "pattern": "a/#/b", "dialect": "mqtt"},
+        {"subscriber": "s", "pattern": "bulk.existing"},
+        {"subscriber": "", "pattern": "bulk.#"},
+        {"subscriber": "t", "pattern": "bulk.two.#", "labels": {"n": 2}},
+        {"subscriber": "t", "pattern": "x" * 256},
+        {"subscriber": "t", "pattern": "bulk/+/three", "dialect": "mqtt"},
+        {"subscriber": "s", "pattern": "bulk.*.one"},  # a duplicate within the batch
+        {"subscriber": "u", "pattern": "bulk\u0000"},
+        {"subscriber": "u", "kind": "headers", "criteria": {"x-type": "order"}, "mode": "all"},
+    ]
+    response = client.post("/v1/subscriptions/bulk", json={"items": items}, headers=ADMIN_HEADERS)
+    assert response.status_code == 207, response.text
+    body = response.json()
+    results = body["results"]
+    assert [r["index"] for r in results] == list(range(len(items)))
+    assert [r["status"] for r in results] == [
+        "created",
+        "error",
+        "exists",
+        "error",
+        "created",
+        "error",
+        "created",
+        "exists",
+        "error",
+        "created",
+    ]
+    errors = {r["index"]: r["error"]["code"] for r in results if r["status"] == "error"}
+    assert errors == {
+        1: "invalid_wildcard",
+        3: "empty_subscriber",
+        5: "pattern_too_long",
+        8: "nul_byte",
+    }
+    assert all(r["error"]["message"] for r in results if r["status"] == "error")
+    assert all(r["id"] is None for r in results if r["status"] == "error")
+    assert results[2]["id"] == existing["id"]
+    assert results[7]["id"] == results[0]["id"]
+    assert (body["created"], body["exists"], body["failed"]) == (4, 2, 4)
+
+    ids = {i: r["id"] for i, r in enumerate(results)}
+    assert match_ids(client, "bulk.x.one") == [ids[0]]
+    assert match_ids(client, "bulk.two.three.four") == [ids[4]]
+    assert match_ids(client, "bulk/x/three", dialect="mqtt") == [ids[6]]
+    assert match_ids(client, "bulk.existing") == [existing["id"]]
+    headers_match = client.post(
+        "/v1/match/headers", json={"headers": {"x-type": "order"}}, headers=ADMIN_HEADERS
+    )
+    assert headers_match.json()["subscriptions"] == [ids[9]]
+    stored = client.get(f"/v1/subscriptions/{ids[4]}", headers=ADMIN_HEADERS).json()
+    assert stored["labels"] == {"n": 2}
+    total = client.get("/v1/subscriptions-count", headers=ADMIN_HEADERS).json()["total"]
+    assert total == 5
+
+
+def test_bulk_all_valid_is_200(client: TestClient) -> None:
+    items = [{"subscriber": f"s{i}", "pattern": f"all.{i}"} for i in range(50)]
+    response = client.post("/v1/subscriptions/bulk", json={"items": items}, headers=ADMIN_HEADERS)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["created"], body["exists"], body["failed"]) == (50, 0, 0)
+    for i in (0, 17, 49):
+        assert match_ids(client, f"all.{i}") == [body["results"][i]["id"]]
+    empty = client.post("/v1/subscriptions/bulk", json={"items": []}, headers=ADMIN_HEADERS)
+    assert empty.status_code == 200
+    assert empty.json() == {"created": 0, "exists": 0, "failed": 0, "results": []}
+
+
+def test_headers_subscriptions_and_match(client: TestClient) -> None:
+    all_of = create(
+        client, "orders", "", kind="headers", criteria={"type": "order", "region": "eu"}, mode="all"
+    )
+    any_of = create(
+        client, "audit", "", kind="headers", criteria={"type": "refund", "vip": None}, mode="any"
+    )
+    present = create(client, "tracing", "", kind="headers", criteria={"trace": None}, mode="all")
+    assert all_of["kind"] == "headers" and all_of["dialect"] == "headers"
+    assert all_of["criteria"] == {"type": "order", "region": "eu"} and all_of["mode"] == "all"
+    # Same criteria in another order: the same subscription.
+    again = client.post(
+        "/v1/subscriptions",
+        json={
+            "subscriber": "orders",
+            "kind": "headers",
+            "criteria": {"region": "eu", "type": "order"},
+            "mode": "all",
+        },
+        headers=ADMIN_HEADERS,
+    )
+    assert again.status_code == 200 and again.json()["id"] == all_of["id"]
+
+    def matched(headers: dict[str, str]) -> dict[str, list[object]]:
+        response = client.post(
+            "/v1/match/headers", json={"headers": headers}, headers=ADMIN_HEADERS
+        )
+        assert response.status_code == 200, response.text
+        body: dict[str, list[object]] = response.json()
+        return body
+
+    assert matched({"type": "order", "region": "eu"}) == {
+        "subscriptions": [all_of["id"]],
+        "subscribers": ["orders"],
+    }
+    assert matched({"type": "order", "region": "us"})["subscriptions"] == []
+    assert matched({"type": "refund"})["subscriptions"] == [any_of["id"]]
+    assert matched({"vip": "", "trace": "1"}) == {
+        "subscriptions": sorted([any_of["id"], present["id"]]),
+        "subscribers": ["audit", "tracing"],
+    }
+    assert matched({})["subscriptions"] == []
+    # Headers subscriptions never answer topic matches.
+    assert match_ids(client, "order") == []
+
+
+def test_snapshot_equals_the_listing_at_the_ready_seq(client: TestClient) -> None:
+    rows = [create(client, f"s{i % 4}", f"snap.{i}.#") for i in range(12)]
+    rows.append(create(client, "h", "", kind="headers", criteria={"k": None}, mode="any"))
+    client.delete(f"/v1/subscriptions/{rows[3]['id']}", headers=ADMIN_HEADERS)
+    create(client, "other", "snap.#", headers=A_HEADERS)
+
+    snapshot = client.get("/v1/snapshot", headers=ADMIN_HEADERS)
+    assert snapshot.status_code == 200, snapshot.text
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["lag"] == 0
+    # 13 adds and 1 remove in the default tenant, 1 add in acme: 15 changes.
+    assert snapshot.json()["seq"] == ready.json()["seq"] == 15
+    listing = client.get("/v1/subscriptions", headers=ADMIN_HEADERS).json()["items"]
+    assert snapshot.json()["subscriptions"] == [
+        {k: row[k] for k in ("id", "subscriber", "dialect", "pattern")} for row in listing
+    ]
+    assert len(listing) == 12 and rows[3]["id"] not in {row["id"] for row in listing}
+
+    acme = client.get("/v1/snapshot", headers=A_HEADERS).json()
+    assert [e["pattern"] for e in acme["subscriptions"]] == ["snap.#"]
+
+
+def test_export_is_parquet_with_every_row_of_the_tenant(client: TestClient) -> None:
+    ids = [create(client, f"e{i}", f"exp.{i}")["id"] for i in range(7)]
+    create(client, "x", "exp.acme", headers=A_HEADERS)
+
+    response = client.get("/v1/subscriptions-export", headers=ADMIN_HEADERS)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/vnd.apache.parquet"
+    assert response.content[:4] == b"PAR1"
+    table = pq.read_table(io.BytesIO(response.content))
+    assert response.headers["x-row-count"] == "7" and table.num_rows == 7
+    assert table.column("id").to_pylist() == ids
+    assert set(table.column("tenant").to_pylist()) == {"default"}
+
+    acme = pq.read_table(
+        io.BytesIO(client.get("/v1/subscriptions-export", headers=A_HEADERS).content)
+    )
+    assert acme.column("pattern").to_pylist() == ["exp.acme"]
+
+    empty = client.get(
+        "/v1/subscriptions-export", params={"tenant": "nobody"}, headers=ADMIN_HEADERS
+    )
+    assert empty.headers["x-row-count"] == "0"
+    assert pq.read_table(io.BytesIO(empty.content)).num_rows == 0
