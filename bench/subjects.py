@@ -1,5 +1,6 @@
-"""What the suite can time: any engine by name, or the dict-trie baseline, behind one protocol,
-and a check that they agree before any of them is timed (a fast wrong answer is no result)."""
+"""What the suite can time: any engine by name (``trie``), the same behind the result cache
+(``trie+cache``), or the dict-trie baseline, behind one protocol; and a check that they agree
+with the baseline (a fast wrong answer is no result)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from bench.baseline import DictTrie
 from matcher import create_matcher
 
 BASELINE: Final = "baseline"
+#: Suffix of a subject that is an engine behind ``create_matcher(..., cache_size=CACHE_SIZE)``.
+CACHE_SUFFIX: Final = "+cache"
+CACHE_SIZE: Final = 65_536
 
 
 class Subject(Protocol):
@@ -32,10 +36,18 @@ class BenchError(Exception):
         self.code = code
 
 
+def cached(engine: str) -> str:
+    """The subject name of ``engine`` behind the result cache."""
+    return engine + CACHE_SUFFIX
+
+
 def make_subject(name: str) -> Subject:
-    """A new, empty engine ``name`` (AMQP dialect), or the baseline for ``BASELINE``."""
+    """A new, empty engine ``name`` (AMQP dialect), cached for ``<engine>+cache``, or the
+    baseline for ``BASELINE``."""
     if name == BASELINE:
         return DictTrie()
+    if name.endswith(CACHE_SUFFIX):
+        return create_matcher(name.removesuffix(CACHE_SUFFIX), "amqp", cache_size=CACHE_SIZE)
     return create_matcher(name, dialect="amqp")
 
 

@@ -1,7 +1,8 @@
-"""Runs every benchmark table, prints it, and optionally writes text, PNG and JSON results.
+"""Runs the selected benchmark tables (``bench.tables.TABLES``), prints each as soon as it
+is measured, and optionally writes text, PNG and JSON results.
 
-Sizes live in one place (``FULL`` and ``QUICK``) so a smoke test runs the very same code as a
-real measurement, only smaller.
+Sizes live in one place (``bench.sizes``) so a smoke test runs the very same code as a real
+measurement, only smaller.
 """
 
 from __future__ import annotations
@@ -11,83 +12,18 @@ import logging
 import os
 import platform
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from time import perf_counter
-from typing import Final
 
-from bench.memory import run_memory
-from bench.micro import MicroInputs, run_micro
 from bench.report import Table, format_table, write_chart
-from bench.subjects import BASELINE
-from bench.throughput import run_throughput
-from bench.workloads import DEFAULT_SEED, random_subscriptions, throughput_workload, topics_for
+from bench.sizes import FULL, QUICK
+from bench.tables import TABLES
 from matcher import ENGINES
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Sizes:
-    """Every size the suite uses."""
-
-    patterns: int
-    messages: int
-    repeats: int
-    naive_messages: int
-    micro_hot: int
-    micro_batch: int
-    micro_topics: int
-    micro_rounds: int
-    memory_sizes: tuple[int, ...]
-    memory_budget_s: float
-    seed: int = DEFAULT_SEED
-
-
-FULL: Final = Sizes(
-    patterns=1_000,
-    messages=100_000,
-    repeats=3,
-    naive_messages=2_000,
-    micro_hot=1_000,
-    micro_batch=100,
-    micro_topics=100,
-    micro_rounds=5,
-    memory_sizes=(1_000, 100_000),
-    memory_budget_s=30.0,
-)
-QUICK: Final = Sizes(
-    patterns=1_000,
-    messages=2_000,
-    repeats=1,
-    naive_messages=200,
-    micro_hot=100,
-    micro_batch=10,
-    micro_topics=10,
-    micro_rounds=1,
-    memory_sizes=(100, 1_000),
-    memory_budget_s=5.0,
-)
-
-
-def _tables(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
-    """Each table in turn, as soon as it is measured."""
-    subjects = [*engines, BASELINE]
-    workload = throughput_workload(sizes.patterns, sizes.messages, sizes.seed)
-    yield run_throughput(subjects, workload, sizes.repeats, subsets={"naive": sizes.naive_messages})
-    hot = random_subscriptions(sizes.micro_hot, sizes.seed)
-    yield run_micro(
-        subjects,
-        MicroInputs(
-            hot=hot,
-            batch=random_subscriptions(sizes.micro_batch, sizes.seed + 1),
-            topics=topics_for(hot[: sizes.micro_topics], sizes.seed),
-            rounds=sizes.micro_rounds,
-        ),
-    )
-    yield run_memory(subjects, sizes.memory_sizes, sizes.memory_budget_s, sizes.seed)
 
 
 def run(
@@ -95,14 +31,21 @@ def run(
     engines: Sequence[str] = ENGINES,
     quick: bool = False,
     *,
+    tables: Sequence[str] | None = None,
     messages: int | None = None,
     repeats: int | None = None,
 ) -> list[Table]:
-    """Run all tables for ``engines`` (the baseline always runs too) and print them; with
-    ``out_dir``, also write ``<table>.txt``, ``<table>.png`` and ``results.json`` there."""
+    """Run ``tables`` (default: all, in registry order) for ``engines`` (the baseline runs
+    too) and print them; with ``out_dir``, also write ``<table>.txt``, ``<table>.png`` and
+    ``results.json`` (the tables of this run only) there. ``messages`` and ``repeats``
+    override the throughput table's."""
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
         raise ValueError(f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(ENGINES)}")
+    selected = list(TABLES) if not tables else list(dict.fromkeys(tables))
+    unknown = [name for name in selected if name not in TABLES]
+    if unknown:
+        raise ValueError(f"unknown table(s) {', '.join(unknown)}; known: {', '.join(TABLES)}")
     sizes = QUICK if quick else FULL
     if messages is not None:
         sizes = replace(
@@ -111,17 +54,25 @@ def run(
     if repeats is not None:
         sizes = replace(sizes, repeats=repeats)
 
+    # Other work on the machine slows every figure; the load average says how much there was.
+    load_before = os.getloadavg()[0]
     started = perf_counter()
-    tables = []
-    for table in _tables(engines, sizes):
-        print(format_table(table), flush=True)
-        tables.append(table)
+    done: list[Table] = []
+    for name in selected:
+        for table in TABLES[name](engines, sizes):
+            print(format_table(table), flush=True)
+            done.append(table)
     wall_s = perf_counter() - started
-    log.info("benchmark suite took %.1f s", wall_s)
+    log.info(
+        "benchmark suite took %.1f s (1-minute load average %.2f before, %.2f after)",
+        wall_s,
+        load_before,
+        os.getloadavg()[0],
+    )
 
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for table in tables:
+        for table in done:
             (out_dir / f"{table.name}.txt").write_text(format_table(table), encoding="utf-8")
             write_chart(table, out_dir / f"{table.name}.png")
         results = {
@@ -131,14 +82,16 @@ def run(
                 "platform": platform.platform(),
                 "cpus": os.cpu_count(),
                 "engines": list(engines),
+                "tables": selected,
                 "quick": quick,
                 "sizes": asdict(sizes),
                 "wall_s": round(wall_s, 1),
+                "loadavg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             },
-            "tables": {table.name: table.to_json() for table in tables},
+            "tables": {table.name: table.to_json() for table in done},
         }
         (out_dir / "results.json").write_text(
             json.dumps(results, indent=2) + "\n", encoding="utf-8"
         )
         log.info("wrote %s", out_dir)
-    return tables
+    return done

@@ -1,10 +1,15 @@
-"""Seeded, reproducible inputs: seed 000's throughput workload and its random subscriptions.
+"""Seeded, reproducible inputs for every table.
 
 Seed 000's generator puts a ``*`` at a position chosen by the subscriber index ``i``:
 ``i % 10 == 0`` the first word, else ``i % 25 == 0`` the middle word, else ``i % 45 == 0``
 the last word; every other word is a random digit. With 3 words that is exactly the
 throughput workload (``*.d.d``, ``d.*.d``, ``d.d.*``, ``d.d.d``); with 5 words it is the
-"1,000 randomly generated 5-word subscriptions" of the micro benchmark.
+"1,000 randomly generated 5-word subscriptions" of the micro benchmark, and at 100,000
+patterns the ``scaled`` workload.
+
+The other inputs are built to stress one thing each: ``#``-heavy patterns against the
+longest keys AMQP allows (``adversarial``), seed 000's ``{j%10}.{j%50}.{j}`` keys
+(``concurrency``) and patterns with distinct first words (``cs_trie_load``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,12 @@ DEFAULT_SEED: Final = 0
 THROUGHPUT_PATTERNS: Final = 1_000
 THROUGHPUT_MESSAGES: Final = 100_000
 HOT_SUBSCRIPTIONS: Final = 1_000
+SCALED_PATTERNS: Final = 100_000
+#: Words of the adversarial inputs; ``*`` and ``#`` are added to patterns on top.
+ADVERSARIAL_ALPHABET: Final = ("a", "b", "c")
+#: 128 one-letter words joined by dots: 255 bytes, the longest AMQP routing key.
+ADVERSARIAL_TOPIC_WORDS: Final = 128
+ADVERSARIAL_MAX_HASHES: Final = 4
 
 
 def _digit(rng: random.Random) -> str:
@@ -65,17 +76,33 @@ class Workload:
         return list(enumerate(self.patterns))
 
 
+def seed_workload(patterns: int, messages: int, words: int, seed: int) -> Workload:
+    """``patterns`` seed-rule patterns of ``words`` words, then message ``k`` = a
+    concretization of pattern ``k % patterns``. Patterns are drawn before messages from one
+    generator, so a seed fixes both."""
+    rng = random.Random(seed)
+    pats = seed_patterns(patterns, words, rng)
+    msgs = tuple(concretize(pats[k % patterns], rng) for k in range(messages))
+    return Workload(tuple(pats), msgs)
+
+
 def throughput_workload(
     patterns: int = THROUGHPUT_PATTERNS,
     messages: int = THROUGHPUT_MESSAGES,
     seed: int = DEFAULT_SEED,
 ) -> Workload:
-    """Seed 000's throughput workload: 3-word patterns, then message ``k`` = a concretization
-    of pattern ``k % patterns``. Patterns are drawn before messages from one generator."""
-    rng = random.Random(seed)
-    pats = seed_patterns(patterns, 3, rng)
-    msgs = tuple(concretize(pats[k % patterns], rng) for k in range(messages))
-    return Workload(tuple(pats), msgs)
+    """Seed 000's throughput workload: 3-word patterns over digits."""
+    return seed_workload(patterns, messages, 3, seed)
+
+
+def scaled_workload(
+    patterns: int = SCALED_PATTERNS,
+    messages: int = SCALED_PATTERNS,
+    seed: int = DEFAULT_SEED,
+) -> Workload:
+    """The throughput workload scaled up: 5-word patterns, so 100,000 of them do not
+    collapse onto the 1,000 possible 3-digit keys."""
+    return seed_workload(patterns, messages, 5, seed)
 
 
 def random_subscriptions(
@@ -89,3 +116,38 @@ def topics_for(patterns: Sequence[str], seed: int = DEFAULT_SEED) -> list[str]:
     """One concrete topic per pattern, so every lookup hits at least one subscription."""
     rng = random.Random(seed)
     return [concretize(pattern, rng) for pattern in patterns]
+
+
+def adversarial_pattern(rng: random.Random, max_hashes: int = ADVERSARIAL_MAX_HASHES) -> str:
+    """1 to 6 words from the alphabet or ``*``, with 0 to ``max_hashes`` ``#`` inserted at
+    random places (adjacent ``#`` included: engines must merge them)."""
+    tokens = [rng.choice((*ADVERSARIAL_ALPHABET, "*")) for _ in range(rng.randint(1, 6))]
+    for _ in range(rng.randint(0, max_hashes)):
+        tokens.insert(rng.randint(0, len(tokens)), "#")
+    return ".".join(tokens)
+
+
+def adversarial_workload(
+    patterns: int, topics: int, words: int = ADVERSARIAL_TOPIC_WORDS, seed: int = DEFAULT_SEED
+) -> Workload:
+    """``#``-heavy patterns and long topics over a three-letter alphabet: every ``#`` can
+    stop at almost any of the ``words`` positions, which is what makes backtracking
+    exponential in the number of ``#`` (and a breadth-first frontier wide)."""
+    rng = random.Random(seed)
+    pats = tuple(adversarial_pattern(rng) for _ in range(patterns))
+    msgs = tuple(
+        ".".join(rng.choice(ADVERSARIAL_ALPHABET) for _ in range(words)) for _ in range(topics)
+    )
+    return Workload(pats, msgs)
+
+
+def concurrency_key(j: int) -> str:
+    """Seed 000's multithreaded key: 3 words ``{j%10}.{j%50}.{j}``, used both as a pattern
+    (writes) and as a topic (reads)."""
+    return f"{j % 10}.{j % 50}.{j}"
+
+
+def distinct_first_word_patterns(count: int) -> list[str]:
+    """``w{i}.x.y``: every pattern adds a child to the root, the case where seed 000's Go
+    cs-trie copied the whole root level on every insert."""
+    return [f"w{i}.x.y" for i in range(count)]

@@ -1,5 +1,6 @@
-"""The benchmark suite runs end to end, its workload follows seed 000's rules exactly, and
-its baseline is right (the bar is worthless if it is fast but wrong). No timings asserted."""
+"""The benchmark suite runs end to end (every table, quick sizes), table selection works,
+its workloads follow the seed rules exactly, and its baseline is right (the bar is
+worthless if it is fast but wrong). No timings asserted."""
 
 from __future__ import annotations
 
@@ -12,48 +13,125 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
+from bench.adversarial import STATEFUL, TIMEOUT
+from bench.api_load import BATCH, HEALTHZ, MATCH
 from bench.baseline import DictTrie
+from bench.concurrency import EXCLUDED as CONCURRENCY_EXCLUDED
+from bench.cs_trie_load import LOAD_SUBJECTS
 from bench.report import format_table
-from bench.subjects import BASELINE
+from bench.sizes import QUICK
+from bench.subjects import BASELINE, cached
 from bench.suite import run
-from bench.workloads import random_subscriptions, seed_patterns, throughput_workload
+from bench.tables import TABLES
+from bench.workloads import (
+    adversarial_workload,
+    concurrency_key,
+    distinct_first_word_patterns,
+    random_subscriptions,
+    scaled_workload,
+    seed_patterns,
+    throughput_workload,
+)
 from matcher import ENGINES
 
-TABLES = ("throughput", "micro", "memory")
+SCALED = scaled_workload()
+ENGINE_ROWS = [*ENGINES, BASELINE]
+#: Row labels each table must have with every engine selected.
+EXPECTED_ROWS: dict[str, list[str]] = {
+    "throughput": [*(s for e in ENGINES for s in (e, cached(e))), BASELINE],
+    "micro": ENGINE_ROWS,
+    "memory": ENGINE_ROWS,
+    "scaled": ENGINE_ROWS,
+    "concurrency_50_50": [e for e in ENGINE_ROWS if e not in CONCURRENCY_EXCLUDED],
+    "concurrency_90_10": [e for e in ENGINE_ROWS if e not in CONCURRENCY_EXCLUDED],
+    "concurrency_latency": [e for e in ENGINE_ROWS if e not in CONCURRENCY_EXCLUDED],
+    "adversarial": [
+        *(f"{e} {state}" if e in STATEFUL else e for e in ENGINES for state in ("cold", "warm")),
+        BASELINE,
+    ],
+    "cs_trie_load": [e for e in ENGINE_ROWS if e in LOAD_SUBJECTS],
+    "api_load": [HEALTHZ, MATCH, f"{BATCH} ({QUICK.api_batch_topics:,})"],
+}
 
 
-def _assert_outputs(out: Path) -> None:
-    for name in TABLES:
+def _dedupe(labels: list[str]) -> list[str]:
+    return list(dict.fromkeys(labels))
+
+
+def _assert_outputs(out: Path, names: list[str]) -> None:
+    for name in names:
         assert (out / f"{name}.png").stat().st_size > 0
         text = (out / f"{name}.txt").read_text(encoding="utf-8")
-        for subject in (*ENGINES, BASELINE):
-            assert re.search(rf"^{subject}\s", text, re.MULTILINE), (name, subject)
+        for label in _dedupe(EXPECTED_ROWS[name]):
+            assert re.search(rf"^{re.escape(label)}\s", text, re.MULTILINE), (name, label)
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert set(results["tables"]) == set(TABLES)
+    assert set(results["tables"]) == set(names)
+
+
+def test_registry_names_every_table() -> None:
+    assert list(TABLES) == [
+        "throughput",
+        "micro",
+        "memory",
+        "scaled",
+        "concurrency",
+        "adversarial",
+        "cs_trie_load",
+        "api_load",
+    ]
 
 
 def test_quick_suite_writes_every_table_for_every_engine(tmp_path: Path) -> None:
     tables = run(tmp_path / "out", list(ENGINES), quick=True)
-    assert [table.name for table in tables] == list(TABLES)
+    assert [table.name for table in tables] == list(EXPECTED_ROWS)
     for table in tables:
-        assert [row[0] for row in table.rows] == [*ENGINES, BASELINE]
+        assert [row[0] for row in table.rows] == _dedupe(EXPECTED_ROWS[table.name]), table.name
+        assert all(len(row) == len(table.columns) for row in table.rows), table.name
         assert format_table(table) == (tmp_path / "out" / f"{table.name}.txt").read_text(
             encoding="utf-8"
         )
-    _assert_outputs(tmp_path / "out")
+    _assert_outputs(tmp_path / "out", list(EXPECTED_ROWS))
+    by_name = {table.name: table for table in tables}
+    # the adversarial baseline runs under a CPU budget: a figure or "timeout", never a hang
+    baseline_row = by_name["adversarial"].rows[-1]
+    assert baseline_row[0] == BASELINE
+    assert baseline_row[3] == TIMEOUT or isinstance(baseline_row[3], float)
+    # memory: the largest RSS size is measured for the large subjects only
+    memory = {row[0]: row for row in by_name["memory"].rows}
+    assert memory["trie"][-1] is not None
+    assert memory["naive"][-1] is None
 
 
-def test_cli_bench_quick(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["bench", "--quick", "--out", str(tmp_path / "cli")])
+def test_cli_bench_quick_table_subset(tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    args = ["bench", "scaled", "cs_trie_load", "--quick", "--engine", "trie", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--engine", "cs_trie"])
     assert result.exit_code == 0, result.output
-    assert "Throughput" in result.output
-    _assert_outputs(tmp_path / "cli")
+    assert "Scaled" in result.output
+    assert "Throughput" not in result.output
+    assert sorted(path.name for path in out.glob("*.txt")) == ["cs_trie_load.txt", "scaled.txt"]
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["meta"]["tables"] == ["scaled", "cs_trie_load"]
+    for name in ("scaled", "cs_trie_load"):
+        rows = [row["subject"] for row in results["tables"][name]["rows"]]
+        assert rows == ["trie", "cs_trie", BASELINE]
 
 
 def test_cli_rejects_unknown_engine() -> None:
     result = CliRunner().invoke(app, ["bench", "--quick", "--engine", "no_such_engine"])
     assert result.exit_code != 0
     assert "no_such_engine" in result.output
+
+
+def test_cli_rejects_unknown_table() -> None:
+    result = CliRunner().invoke(app, ["bench", "no_such_table", "--quick"])
+    assert result.exit_code != 0
+    assert "no_such_table" in result.output
+
+
+def test_run_rejects_unknown_table() -> None:
+    with pytest.raises(ValueError, match="no_such_table"):
+        run(None, ["trie"], quick=True, tables=["no_such_table"])
 
 
 def _is_digit_word(word: str) -> bool:
@@ -116,6 +194,65 @@ def test_random_subscriptions_are_five_words_with_seed_star_positions() -> None:
     assert patterns[45].split(".")[4] == "*"
     assert all(len(p.split(".")) == 5 for p in patterns)
     assert all("*" not in p for i, p in enumerate(patterns) if i % 10 and i % 25 and i % 45)
+
+
+@pytest.mark.parametrize(
+    ("index", "star"),
+    [
+        (0, 0),  # i % 10 == 0
+        (25, 2),  # i % 25 == 0
+        (45, 4),  # i % 45 == 0
+        (50, 0),  # 50 % 10 == 0 wins over 50 % 25 == 0
+        (90, 0),  # 90 % 10 == 0 wins over 90 % 45 == 0
+        (225, 2),  # 225 % 25 == 0 wins over 225 % 45 == 0
+        (1, None),
+        (99_999, None),
+    ],
+)
+def test_scaled_patterns_follow_seed_rules(index: int, star: int | None) -> None:
+    words = SCALED.patterns[index].split(".")
+    assert len(words) == 5
+    for position, word in enumerate(words):
+        assert word == "*" if position == star else _is_digit_word(word), words
+
+
+def test_scaled_workload_shape_and_messages() -> None:
+    assert len(SCALED.patterns) == 100_000
+    assert len(SCALED.messages) == 100_000
+    assert scaled_workload(1_000, 10) == scaled_workload(1_000, 10)
+    # message k concretizes pattern k: its '*' filled with a digit, every other word kept
+    for k in (0, 25, 45, 50, 12_345, 99_999):
+        for word, token in zip(
+            SCALED.messages[k].split("."), SCALED.patterns[k].split("."), strict=True
+        ):
+            assert _is_digit_word(word)
+            assert token in ("*", word)
+
+
+def test_adversarial_workload_shape() -> None:
+    workload = adversarial_workload(1_000, 200)
+    assert len(workload.patterns) == 1_000
+    assert len(workload.messages) == 200
+    hashes = [pattern.split(".").count("#") for pattern in workload.patterns]
+    assert max(hashes) == 4  # up to 4, and 4 does occur
+    assert min(hashes) == 0
+    alphabet = {"a", "b", "c"}
+    for pattern in workload.patterns:
+        assert set(pattern.split(".")) <= alphabet | {"*", "#"}, pattern
+    for topic in workload.messages:
+        words = topic.split(".")
+        assert len(words) == 128
+        assert set(words) <= alphabet
+        assert len(topic.encode()) == 255  # the longest AMQP routing key
+    assert adversarial_workload(1_000, 200) == workload
+
+
+def test_concurrency_and_load_keys() -> None:
+    assert concurrency_key(0) == "0.0.0"
+    assert concurrency_key(123) == "3.23.123"
+    patterns = distinct_first_word_patterns(1_000)
+    assert len({p.split(".")[0] for p in patterns}) == 1_000
+    assert patterns[7] == "w7.x.y"
 
 
 # Hand-written AMQP cases (issue 2's table, each confirmed against RabbitMQ there).

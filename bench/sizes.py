@@ -1,0 +1,148 @@
+"""Every size the suite uses, in one place: ``FULL`` for measurements, ``QUICK`` for the
+smoke test, which runs the very same code, only smaller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from bench.workloads import DEFAULT_SEED
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """Sizes, repeat counts and time budgets of every table (grouped by table)."""
+
+    # throughput
+    patterns: int
+    messages: int
+    repeats: int
+    naive_messages: int
+    # micro
+    micro_hot: int
+    micro_batch: int
+    micro_topics: int
+    micro_rounds: int
+    # memory: tracemalloc sizes, child-RSS sizes, per-measurement time budgets
+    memory_sizes: tuple[int, ...]
+    memory_rss_sizes: tuple[int, ...]
+    memory_budget_s: float
+    memory_large_budget_s: float
+    # scaled: a subject whose first pass extrapolates past the budget (after probing for
+    # scaled_probe_s) is timed on the messages it got through
+    scaled_patterns: int
+    scaled_messages: int
+    scaled_repeats: int
+    scaled_budget_s: float
+    scaled_probe_s: float
+    # concurrency (ops/s) and its read-latency table
+    concurrency_threads: tuple[int, ...]
+    concurrency_ops: int
+    concurrency_repeats: int
+    concurrency_prefill: int
+    latency_keys: int
+    latency_readers: int
+    latency_writers: int
+    latency_reads: int
+    latency_max_writes: int
+    latency_rounds: int
+    # adversarial
+    adversarial_patterns: int
+    adversarial_topics: int
+    adversarial_repeats: int
+    adversarial_naive_topics: int
+    adversarial_baseline_topics: int
+    adversarial_call_budget_s: float
+    # cs_trie_load
+    load_sizes: tuple[int, ...]
+    snapshot_calls: int
+    # api_load: the service over HTTP (seconds per endpoint and round)
+    api_subscriptions: int
+    api_seconds: float
+    api_batch_topics: int
+    api_rounds: int
+    seed: int = DEFAULT_SEED
+
+
+FULL: Final = Sizes(
+    patterns=1_000,
+    messages=100_000,
+    repeats=3,
+    naive_messages=2_000,
+    micro_hot=1_000,
+    micro_batch=100,
+    micro_topics=100,
+    micro_rounds=5,
+    memory_sizes=(1_000, 100_000),
+    memory_rss_sizes=(100_000, 1_000_000),
+    memory_budget_s=30.0,
+    memory_large_budget_s=240.0,
+    scaled_patterns=100_000,
+    scaled_messages=100_000,
+    scaled_repeats=3,
+    scaled_budget_s=30.0,
+    scaled_probe_s=1.0,
+    concurrency_threads=(1, 2, 4, 8, 12, 16),
+    concurrency_ops=1_000,
+    concurrency_repeats=3,
+    concurrency_prefill=1_000,
+    latency_keys=1_000,
+    latency_readers=2,
+    latency_writers=2,
+    latency_reads=100_000,
+    latency_max_writes=10_000_000,
+    latency_rounds=3,
+    adversarial_patterns=1_000,
+    adversarial_topics=200,
+    adversarial_repeats=3,
+    adversarial_naive_topics=20,
+    adversarial_baseline_topics=3,
+    adversarial_call_budget_s=2.0,
+    load_sizes=(10_000, 100_000),
+    snapshot_calls=100_000,
+    api_subscriptions=100_000,
+    api_seconds=5.0,
+    api_batch_topics=1_000,
+    api_rounds=3,
+)
+QUICK: Final = Sizes(
+    patterns=1_000,
+    messages=2_000,
+    repeats=1,
+    naive_messages=200,
+    micro_hot=100,
+    micro_batch=10,
+    micro_topics=10,
+    micro_rounds=1,
+    memory_sizes=(100, 1_000),
+    memory_rss_sizes=(1_000, 5_000),
+    memory_budget_s=5.0,
+    memory_large_budget_s=5.0,
+    scaled_patterns=2_000,
+    scaled_messages=2_000,
+    scaled_repeats=1,
+    scaled_budget_s=0.5,
+    scaled_probe_s=0.05,
+    concurrency_threads=(1, 2, 4),
+    concurrency_ops=100,
+    concurrency_repeats=1,
+    concurrency_prefill=100,
+    latency_keys=100,
+    latency_readers=2,
+    latency_writers=2,
+    latency_reads=500,
+    latency_max_writes=100_000,
+    latency_rounds=1,
+    adversarial_patterns=100,
+    adversarial_topics=10,
+    adversarial_repeats=1,
+    adversarial_naive_topics=3,
+    adversarial_baseline_topics=1,
+    adversarial_call_budget_s=0.2,
+    load_sizes=(1_000, 5_000),
+    snapshot_calls=1_000,
+    api_subscriptions=1_000,
+    api_seconds=1.0,
+    api_batch_topics=100,
+    api_rounds=1,
+)

@@ -1,0 +1,141 @@
+"""The table registry: name -> the function that measures it. ``topicstore bench NAME``
+selects by these names; adding a table is one function and one entry.
+
+A runner gets the engines to measure and the sizes, and yields one or more ``Table``s as
+soon as each is measured; the baseline is added where it makes sense.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, TypeAlias
+
+from bench.adversarial import run_adversarial
+from bench.api_load import run_api_load
+from bench.concurrency import run_concurrency
+from bench.cs_trie_load import run_cs_trie_load
+from bench.latency import run_read_latency
+from bench.memory import run_memory
+from bench.micro import MicroInputs, run_micro
+from bench.report import Table
+from bench.scaled import run_scaled
+from bench.sizes import Sizes
+from bench.subjects import BASELINE, cached
+from bench.throughput import run_throughput
+from bench.workloads import (
+    adversarial_workload,
+    random_subscriptions,
+    scaled_workload,
+    throughput_workload,
+    topics_for,
+)
+
+TableRunner: TypeAlias = Callable[[Sequence[str], Sizes], Iterator[Table]]
+
+
+def _throughput(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    subjects = [subject for engine in engines for subject in (engine, cached(engine))]
+    workload = throughput_workload(sizes.patterns, sizes.messages, sizes.seed)
+    yield run_throughput(
+        [*subjects, BASELINE], workload, sizes.repeats, subsets={"naive": sizes.naive_messages}
+    )
+
+
+def _micro(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    hot = random_subscriptions(sizes.micro_hot, sizes.seed)
+    inputs = MicroInputs(
+        hot=hot,
+        batch=random_subscriptions(sizes.micro_batch, sizes.seed + 1),
+        topics=topics_for(hot[: sizes.micro_topics], sizes.seed),
+        rounds=sizes.micro_rounds,
+    )
+    yield run_micro([*engines, BASELINE], inputs)
+
+
+def _memory(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    yield run_memory(
+        [*engines, BASELINE],
+        sizes.memory_sizes,
+        sizes.memory_rss_sizes,
+        sizes.memory_budget_s,
+        sizes.memory_large_budget_s,
+        seed=sizes.seed,
+    )
+
+
+def _scaled(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    workload = scaled_workload(sizes.scaled_patterns, sizes.scaled_messages, sizes.seed)
+    yield run_scaled(
+        [*engines, BASELINE],
+        workload,
+        sizes.scaled_repeats,
+        sizes.scaled_budget_s,
+        sizes.scaled_probe_s,
+    )
+
+
+def _concurrency(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    prefill = random_subscriptions(sizes.concurrency_prefill, sizes.seed)
+    subjects = [*engines, BASELINE]
+    yield from run_concurrency(
+        subjects,
+        prefill,
+        sizes.concurrency_threads,
+        sizes.concurrency_ops,
+        sizes.concurrency_repeats,
+    )
+    yield run_read_latency(
+        subjects,
+        prefill,
+        sizes.latency_keys,
+        sizes.latency_readers,
+        sizes.latency_writers,
+        sizes.latency_reads,
+        sizes.latency_max_writes,
+        sizes.latency_rounds,
+    )
+
+
+def _adversarial(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    workload = adversarial_workload(
+        sizes.adversarial_patterns, sizes.adversarial_topics, seed=sizes.seed
+    )
+    yield run_adversarial(
+        [*engines, BASELINE],
+        workload,
+        sizes.adversarial_repeats,
+        subsets={
+            "naive": sizes.adversarial_naive_topics,
+            BASELINE: sizes.adversarial_baseline_topics,
+        },
+        budget_s=sizes.adversarial_call_budget_s,
+    )
+
+
+def _cs_trie_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    yield run_cs_trie_load([*engines, BASELINE], sizes.load_sizes, sizes.snapshot_calls)
+
+
+def _api_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    # The service as configured by default: its engines are a setting, not --engine.
+    del engines
+    yield run_api_load(
+        sizes.api_subscriptions,
+        sizes.api_seconds,
+        sizes.api_batch_topics,
+        rounds=sizes.api_rounds,
+        seed=sizes.seed,
+    )
+
+
+#: Every table, in the order ``topicstore bench`` runs them by default.
+TABLES: Final[dict[str, TableRunner]] = {
+    "throughput": _throughput,
+    "micro": _micro,
+    "memory": _memory,
+    "scaled": _scaled,
+    "concurrency": _concurrency,
+    "adversarial": _adversarial,
+    "cs_trie_load": _cs_trie_load,
+    "api_load": _api_load,
+}

@@ -1,0 +1,96 @@
+"""The benchmark helpers do what the tables rely on: the concurrency plans hold the stated
+mix and only unsubscribe ids they added, the CPU budget interrupts a call that would never
+return, a budgeted pass stops early, percentiles are nearest-rank. No timings asserted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import pytest
+
+from bench.concurrency import MATCH, MIXES, SUBSCRIBE, UNSUBSCRIBE, is_write, thread_ops
+from bench.latency import percentile
+from bench.passes import budgeted_pass
+from bench.timing import BudgetExceededError, cpu_budget, cpu_budget_available
+from bench.workloads import concurrency_key
+
+
+@pytest.mark.parametrize(("mix", "writes_per_10"), MIXES.items())
+def test_thread_ops_hold_the_mix(mix: str, writes_per_10: int) -> None:
+    plan, left = thread_ops(3, 1_000, writes_per_10)
+    kinds = [kind for kind, _, _ in plan]
+    assert len(plan) == 1_000
+    assert kinds.count(MATCH) == 1_000 - 100 * writes_per_10, mix
+    # every write is a subscribe or an unsubscribe of an id this thread added before
+    held: set[int] = set()
+    for k, (kind, sub_id, key) in enumerate(plan):
+        assert key == concurrency_key(k)
+        if kind == SUBSCRIBE:
+            assert sub_id not in held
+            held.add(sub_id)
+        elif kind == UNSUBSCRIBE:
+            held.remove(sub_id)
+    assert len(held) == left
+    assert kinds.count(SUBSCRIBE) - kinds.count(UNSUBSCRIBE) == left
+
+
+def test_thread_ops_use_distinct_ids_per_thread() -> None:
+    ids = [
+        {sub_id for kind, sub_id, _ in thread_ops(thread, 100, 5)[0] if kind == SUBSCRIBE}
+        for thread in (0, 1)
+    ]
+    assert ids[0] and ids[1]
+    assert not ids[0] & ids[1]
+
+
+def test_writes_spread_evenly() -> None:
+    assert [is_write(k, 5) for k in range(4)] == [False, True, False, True]
+    assert [k for k in range(30) if is_write(k, 1)] == [9, 19, 29]
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = list(range(1, 101))
+    assert percentile(samples, 50) == 50
+    assert percentile(samples, 99) == 99
+    assert percentile([7], 99) == 7
+    assert percentile([3, 1, 2], 50) == 2
+
+
+@pytest.mark.skipif(not cpu_budget_available(), reason="needs SIGPROF and the main thread")
+def test_cpu_budget_interrupts_a_call_that_never_returns() -> None:
+    with pytest.raises(BudgetExceededError), cpu_budget(0.05):
+        while True:
+            pass
+    with cpu_budget(10.0):  # a call within budget is left alone, and the timer is disarmed
+        total = sum(range(1_000))
+    assert total == 499_500
+
+
+class _Slow:
+    """A subject whose match takes at least a millisecond."""
+
+    def subscribe(self, sub_id: int, pattern: str) -> None: ...
+
+    def unsubscribe(self, sub_id: int) -> bool:
+        return False
+
+    def match(self, topic: str) -> Iterable[int]:
+        time.sleep(0.001)
+        return ()
+
+    def __len__(self) -> int:
+        return 0
+
+
+def test_budgeted_pass_stops_early_when_the_pass_would_overrun() -> None:
+    messages = ["t"] * 10_000  # at >= 1 ms each, at least 10 s in all
+    seconds, done = budgeted_pass(_Slow(), messages, budget_s=0.5, probe_s=0.01)
+    assert 0 < done < len(messages)
+    assert seconds > 0
+
+
+def test_budgeted_pass_completes_within_budget() -> None:
+    messages = ["t"] * 20
+    _, done = budgeted_pass(_Slow(), messages, budget_s=3_600.0, probe_s=0.0)
+    assert done == len(messages)
