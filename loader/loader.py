@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -113,6 +114,7 @@ class Loader:
         with self._catch_up_lock:
             self._catch_up_table(table)  # changes that landed while building
             self.table = table
+        _settle_heap()
         self.rebuild_seconds = time.perf_counter() - started
         log.info(
             "routing table built: %d subscriptions in %.2f s", len(table), self.rebuild_seconds
@@ -180,6 +182,8 @@ class Loader:
             if drifted:
                 log.warning("routing table drifted from the store; swapping in a rebuilt one")
                 self.table = fresh
+        if drifted:
+            _settle_heap()
         return drifted
 
     def _reconcile_loop(self) -> None:
@@ -189,3 +193,12 @@ class Loader:
                 self.reconcile()
             except (sa.exc.SQLAlchemyError, psycopg.Error) as e:
                 log.warning("reconciliation failed (%s); will retry", e)
+
+
+def _settle_heap() -> None:
+    """Collect what the old table left, then freeze the heap (``gc.freeze``): a routing table
+    is millions of long-lived objects, and without this every later collection rescans all
+    of them (it made one-at-a-time writes several times slower at 100k subscriptions)."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from immutables import Map
 
 from matcher.base import MatchResult
-from matcher.grammar import MANY, ONE, Tokens, canonical
+from matcher.grammar import MANY, ONE, Token, Tokens, canonical
 from matcher.limits import Limits
 from matcher.trie import (
     FROZEN_MAX,
@@ -107,6 +107,55 @@ def _frozen(node: TrieNode) -> _PNode:
     )
 
 
+def _replaced(node: _PNode, token: Token, child: _PNode | None) -> _PNode:
+    """A copy of ``node`` whose ``token`` edge leads to ``child`` (None: no such edge)."""
+    if token is ONE:
+        return _PNode(node.children, child, node.hash, node.ids, node.is_hash)
+    if token is MANY:
+        return _PNode(node.children, node.star, child, node.ids, node.is_hash)
+    assert isinstance(token, str)
+    children = node.children.delete(token) if child is None else node.children.set(token, child)
+    return _PNode(children, node.star, node.hash, node.ids, node.is_hash)
+
+
+def _inserted(node: _PNode, path: Tokens, i: int, sub_id: int, counts: list[int]) -> _PNode:
+    """The copy of ``node`` with the subscription added ``path[i:]`` below it; ``counts``
+    (nodes, ``#`` nodes) grows by the nodes created. Plain recursion, no closure: a closure
+    calling itself is a reference cycle, garbage only the cyclic collector frees."""
+    if i == len(path):
+        return _PNode(node.children, node.star, node.hash, _with_id(node.ids, sub_id), node.is_hash)
+    token = path[i]
+    child = child_for(node, token)
+    if child is None:
+        child = _PNode(is_hash=token is MANY)
+        counts[0] += 1
+        counts[1] += token is MANY
+    return _replaced(node, token, _inserted(child, path, i + 1, sub_id, counts))
+
+
+def _deleted(node: _PNode, path: Tokens, i: int, sub_id: int, counts: list[int]) -> _PNode | None:
+    """The copy of ``node`` without the subscription; None when that copy is empty (pruned
+    from its parent); ``node`` itself when nothing changes."""
+    if i == len(path):
+        if node.ids is None or sub_id not in node.ids:
+            return node
+        ids = _without_id(node.ids, sub_id)
+        copy = _PNode(node.children, node.star, node.hash, ids, node.is_hash)
+    else:
+        token = path[i]
+        child = child_for(node, token)
+        if child is None:
+            return node
+        new_child = _deleted(child, path, i + 1, sub_id, counts)
+        if new_child is child:
+            return node
+        if new_child is None:
+            counts[0] -= 1
+            counts[1] -= child.is_hash
+        copy = _replaced(node, token, new_child)
+    return None if copy.is_empty() else copy
+
+
 class CsTrieSnapshot:
     """A read-only, consistent view of a ``cs_trie`` as of one instant. O(1) to take; later
     writes never change it. Iterating lists every (id, pattern) of that instant."""
@@ -161,39 +210,7 @@ class CsTrieMatcher(TrieWalker):
     def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         old = self._root
         counts = [old.node_count, old.hash_count]
-
-        def insert(node: _PNode, i: int) -> _PNode:
-            # Returns the copy of ``node`` with the subscription added below it.
-            if i == len(path):
-                return _PNode(
-                    node.children, node.star, node.hash, _with_id(node.ids, sub_id), node.is_hash
-                )
-            token = path[i]
-            if token is ONE:
-                child = node.star
-                if child is None:
-                    child, counts[0] = _PNode(), counts[0] + 1
-                return _PNode(
-                    node.children, insert(child, i + 1), node.hash, node.ids, node.is_hash
-                )
-            if token is MANY:
-                child = node.hash
-                if child is None:
-                    child = _PNode(is_hash=True)
-                    counts[0] += 1
-                    counts[1] += 1
-                return _PNode(
-                    node.children, node.star, insert(child, i + 1), node.ids, node.is_hash
-                )
-            assert isinstance(token, str)
-            child = node.children.get(token)
-            if child is None:
-                child, counts[0] = _PNode(), counts[0] + 1
-            children = node.children.set(token, insert(child, i + 1))
-            return _PNode(children, node.star, node.hash, node.ids, node.is_hash)
-
-        path = canonical(tokens)
-        new = insert(old, 0)
+        new = _inserted(old, canonical(tokens), 0, sub_id, counts)
         self._root = _PRoot(new, counts[0], counts[1], old.patterns.set(sub_id, pattern))
 
     def _add_many(self, items: list[tuple[int, Tokens, str]]) -> None:
@@ -218,41 +235,5 @@ class CsTrieMatcher(TrieWalker):
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         old = self._root
         counts = [old.node_count, old.hash_count]
-
-        def delete(node: _PNode, i: int) -> _PNode | None:
-            # The copy of ``node`` without the subscription; None when that copy is empty
-            # (pruned from its parent). Returns ``node`` itself when nothing changes.
-            if i == len(path):
-                if node.ids is None or sub_id not in node.ids:
-                    return node
-                copy = _PNode(
-                    node.children, node.star, node.hash, _without_id(node.ids, sub_id), node.is_hash
-                )
-            else:
-                token = path[i]
-                child = child_for(node, token)
-                if child is None:
-                    return node
-                new_child = delete(child, i + 1)
-                if new_child is child:
-                    return node
-                if new_child is None:
-                    counts[0] -= 1
-                    counts[1] -= child.is_hash
-                if token is ONE:
-                    copy = _PNode(node.children, new_child, node.hash, node.ids, node.is_hash)
-                elif token is MANY:
-                    copy = _PNode(node.children, node.star, new_child, node.ids, node.is_hash)
-                else:
-                    assert isinstance(token, str)
-                    children = (
-                        node.children.delete(token)
-                        if new_child is None
-                        else node.children.set(token, new_child)
-                    )
-                    copy = _PNode(children, node.star, node.hash, node.ids, node.is_hash)
-            return None if copy.is_empty() else copy
-
-        path = canonical(tokens)
-        new = delete(old, 0) or _PNode()
+        new = _deleted(old, canonical(tokens), 0, sub_id, counts) or _PNode()
         self._root = _PRoot(new, counts[0], counts[1], old.patterns.delete(sub_id))
