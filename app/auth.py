@@ -64,16 +64,18 @@ def _settings(request: Request) -> Settings:
     return settings
 
 
-def admin_caller(request: Request, credentials: Credentials) -> Caller:
+async def admin_caller(request: Request, credentials: Credentials) -> Caller:
     return authenticate(_settings(request), _bearer(credentials))
 
 
-def match_caller(request: Request, credentials: Credentials) -> Caller:
+async def match_caller(request: Request, credentials: Credentials) -> Caller:
     settings = _settings(request)
     if not settings.match_auth:
         return Caller(None)
     return authenticate(settings, _bearer(credentials))
 
 
+# async: these only compare strings, and a plain ``def`` dependency costs a thread-pool
+# hand-off per request (it was 40% of the match endpoint's time).
 AdminCaller = Annotated[Caller, Depends(admin_caller)]
 MatchCaller = Annotated[Caller, Depends(match_caller)]

@@ -154,7 +154,13 @@ def serve(
         typer.secho(
             f"  DEVELOPMENT MODE — admin token: {settings.admin_token}", fg="yellow", bold=True
         )
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=settings.access_log,
+    )
 
 
 @sub.command("add")

@@ -71,7 +71,7 @@ class Services:
         return self.loader.table
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
         Path("data/dev-admin-token"),
         description="Development mode keeps its made-up token here, so the CLI can use it.",
     )
+    access_log: bool = Field(
+        False, description="Log every request (the metrics count them either way)."
+    )
     match_auth: bool = Field(True, description="Whether match endpoints need a token too.")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
     max_batch: int = Field(10_000, ge=1, description="Most topics or items in one batch.")

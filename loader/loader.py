@@ -34,6 +34,8 @@ from store.repository import SubscriptionRepository
 log = logging.getLogger(__name__)
 
 PAGE: Final = 10_000
+#: Changes applied incrementally before the heap is settled again (at least).
+SETTLE_EVERY: Final = 50_000
 
 
 class Loader:
@@ -61,6 +63,7 @@ class Loader:
         self.rebuild_seconds = 0.0
         self.listener_connects = 0
         self.listener_pid: int | None = None
+        self._unsettled = 0
         self._catch_up_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -126,7 +129,14 @@ class Loader:
     def catch_up(self) -> int:
         """Apply every change past the table's seq; returns how many were applied."""
         with self._catch_up_lock:
-            return self._catch_up_table(self.table)
+            applied = self._catch_up_table(self.table)
+            self._unsettled += applied
+            if self._unsettled > max(SETTLE_EVERY, len(self.table) // 4):
+                # Bulk writes grew the table by a quarter: freeze it again (see
+                # _settle_heap), or full collections keep rescanning it.
+                _settle_heap()
+                self._unsettled = 0
+            return applied
 
     def _catch_up_table(self, table: RoutingTable) -> int:
         applied = 0

@@ -1,0 +1,55 @@
+# syntax=docker/dockerfile:1
+# Two targets from one install of the project:
+#   app    the API and the admin commands (`topicstore serve`, `topicstore migrate`, ...)
+#   spark  the same plus a Java runtime: Spark master, worker and `topicstore route` driver.
+#          Spark's executors run our matcher in their Python workers, so driver and executors
+#          must share the Python version and the project; one image gives them both.
+
+FROM python:3.11-slim AS app
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN useradd --create-home --uid 10001 --user-group topicstore
+
+WORKDIR /tmp/src
+COPY . .
+RUN pip install . && cd / && rm -rf /tmp/src
+
+USER topicstore
+WORKDIR /home/topicstore
+# The embedded default (one DuckDB file) works as is; compose points it at PostgreSQL.
+ENV TOPICSTORE_DATABASE_URL=duckdb:////home/topicstore/data/topicstore.duckdb \
+    TOPICSTORE_PORT=8080
+EXPOSE 8080
+
+# /healthz: the process answers (readiness, /readyz, is for the load balancer to judge).
+# python:slim has no curl; the standard library does the request.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
+
+# The service refuses to start without TOPICSTORE_ADMIN_TOKEN (set it at run time).
+CMD ["topicstore", "serve", "--host", "0.0.0.0"]
+
+
+FROM app AS spark
+
+USER root
+# Debian's default JRE (17 on bookworm, 21 on trixie): Spark 4 runs on both.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends default-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/* \
+    && install -d -o topicstore -g topicstore /data
+USER topicstore
+# pyspark (a dependency of the project) ships Spark itself: spark-class runs the master and
+# the worker. Executors start this image's Python, which has the project installed.
+ENV PYSPARK_PYTHON=python \
+    PYSPARK_DRIVER_PYTHON=python \
+    SPARK_WORKER_DIR=/home/topicstore/spark-work
+# The app's check asks the API for /healthz; no API runs here.
+HEALTHCHECK NONE
+# /data: the job's input and output, shared by the driver and the executors (a volume).
+EXPOSE 7077 8080
+CMD ["spark-class", "org.apache.spark.deploy.master.Master"]

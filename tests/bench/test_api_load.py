@@ -1,0 +1,72 @@
+"""The API load benchmark runs end to end at tiny sizes with each load client, and its
+topics really match the patterns they were drawn from. No timings asserted."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench.api_load import BATCH, HEALTHZ, MATCH, run_api_load, topic_for, workload
+from bench.loadgen import wrk_path
+from matcher import create_matcher
+
+CLIENTS = [
+    "python",
+    pytest.param(
+        "wrk",
+        marks=pytest.mark.skipif(
+            wrk_path() is None, reason="wrk not installed (apt-get install wrk)"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_tiny_run_has_every_row(client: str) -> None:
+    table = run_api_load(1_000, 1.0, batch_topics=50, rounds=1, connections=2, client=client)
+    assert [row[0] for row in table.rows] == [HEALTHZ, MATCH, f"{BATCH} (50)"]
+    assert all(len(row) == len(table.columns) for row in table.rows)
+    for row in table.rows:
+        requests_per_s, p50, p99 = row[1:4]
+        assert isinstance(requests_per_s, float) and requests_per_s > 0, row
+        assert isinstance(p50, float) and isinstance(p99, float) and 0 < p50 <= p99, row
+    batch_requests, batch_topics = table.rows[2][1], table.rows[2][4]
+    assert isinstance(batch_requests, float)
+    assert batch_topics == pytest.approx(batch_requests * 50)
+    assert table.rows[1][6] and table.rows[1][7] in ("yes", "no")
+    assert any(f"client: {client}" in note for note in table.notes)
+    assert any("1,000 subscriptions" in note for note in table.notes)
+
+
+def test_rejects_bad_sizes() -> None:
+    with pytest.raises(ValueError, match="rounds"):
+        run_api_load(10, 1.0, rounds=0)
+    with pytest.raises(ValueError, match="batch_topics"):
+        run_api_load(10, 1.0, batch_topics=10_001)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "filler", "expected"),
+    [
+        ("a.b.c", ["x", "y", "z"], "a.b.c"),
+        ("a.*.c", ["x", "y", "z"], "a.y.c"),
+        ("*.*", ["x", "y"], "x.y"),
+    ],
+)
+def test_topic_for_fills_stars_from_the_filler(
+    pattern: str, filler: list[str], expected: str
+) -> None:
+    assert topic_for(pattern, filler, random.Random(0)) == expected
+
+
+def test_every_drawn_topic_matches_its_source_by_the_naive_matcher() -> None:
+    work = workload(2_000, 3_000, seed=3)
+    assert len(work.subscriptions) == 2_000 and len(work.topics) == 3_000
+    assert any("#" in pattern for _, pattern in work.subscriptions)
+    assert any("*" in pattern for _, pattern in work.subscriptions)
+    naive = create_matcher("naive")
+    for topic, source in zip(work.topics, work.sources, strict=True):
+        naive.subscribe(0, work.subscriptions[source][1])
+        assert 0 in naive.match(topic), (topic, work.subscriptions[source][1])
+        naive.unsubscribe(0)
