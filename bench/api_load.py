@@ -341,7 +341,7 @@ def run_api_load(
         f"request at that concurrency); load average {load_avg:.1f} when measuring began.",
         f"server: `topicstore serve` as shipped, one uvicorn worker (one process; the box has "
         f"{os.cpu_count()} cores, shared with the client), DuckDB in a temporary directory, "
-        f"engines {engines_note}, access log on, match auth on (bearer token).",
+        f"engines {engines_note}, access log off (the default), match auth on (bearer token).",
         f"loaded {subscriptions:,} subscriptions through POST /v1/subscriptions/bulk in "
         f"batches of {LOAD_BATCH:,}: {load_s:.1f} s ({subscriptions / load_s:,.0f}/s); "
         f"mean fan-out {fan_out:.2f} matches per topic, each topic checked to match its source.",
