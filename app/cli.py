@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from matcher import ENGINES
+from pipeline.cli import analytics, route
 
 app = typer.Typer(
     help="topicstore: topic-matching subscription store.",
@@ -309,6 +310,11 @@ def export(
     with connect(get_settings(), api) as admin:
         rows = admin.export(path, tenant)
     _emit({"path": str(path), "rows": rows}, as_json, f"wrote {rows} subscriptions to {path}")
+
+
+# The Spark job and the analytics live in pipeline/; they are commands of this one CLI.
+app.command()(route)
+app.command()(analytics)
 
 
 def main() -> None:

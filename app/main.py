@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from app import errors
 from app.middleware import EdgeChecks, Metrics
-from app.routers import match, ops, subscriptions
+from app.routers import analytics, match, ops, subscriptions
 from app.services import Services
 from app.settings import Settings
 
@@ -81,6 +81,7 @@ def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI
     app.include_router(subscriptions.router)
     app.include_router(match.router)
     app.include_router(ops.router)
+    app.include_router(analytics.router)
     services.registry.register(ops.ServiceCollector(services))
     app.add_middleware(Metrics, registry=services.registry)
     app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)

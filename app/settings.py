@@ -10,9 +10,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loader import DEFAULT_ENGINES
-
-#: The embedded default: one DuckDB file, no server to run.
-DEFAULT_DATABASE_URL = "duckdb:///./data/topicstore.duckdb"
+from store import DEFAULT_DATABASE_URL
 
 
 class Settings(BaseSettings):
@@ -51,6 +49,12 @@ class Settings(BaseSettings):
     )
     access_log: bool = Field(
         False, description="Log every request (the metrics count them either way)."
+    )
+    analytics_dir: Path | None = Field(
+        None, description="A `topicstore route` output directory for /v1/analytics."
+    )
+    analytics_subscriptions: Path | None = Field(
+        None, description="A subscriptions export, for the never-matched analytics query."
     )
     match_auth: bool = Field(True, description="Whether match endpoints need a token too.")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")

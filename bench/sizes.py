@@ -61,6 +61,13 @@ class Sizes:
     api_seconds: float
     api_batch_topics: int
     api_rounds: int
+    # store_load, propagation: PostgreSQL (skipped with a note when it is not reachable)
+    store_sizes: tuple[int, ...]
+    propagation_changes: int
+    # pipeline: Spark local[2] end to end, and the naive cross join on a sample
+    pipeline_messages: int
+    pipeline_subscriptions: int
+    pipeline_naive_sample: int
     seed: int = DEFAULT_SEED
 
 
@@ -100,6 +107,11 @@ FULL: Final = Sizes(
     adversarial_call_budget_s=2.0,
     load_sizes=(10_000, 100_000),
     snapshot_calls=100_000,
+    store_sizes=(1_000_000,),
+    propagation_changes=200,
+    pipeline_messages=1_000_000,
+    pipeline_subscriptions=10_000,
+    pipeline_naive_sample=5_000,
     api_subscriptions=100_000,
     api_seconds=5.0,
     api_batch_topics=1_000,
@@ -141,6 +153,11 @@ QUICK: Final = Sizes(
     adversarial_call_budget_s=0.2,
     load_sizes=(1_000, 5_000),
     snapshot_calls=1_000,
+    store_sizes=(2_000,),
+    propagation_changes=10,
+    pipeline_messages=2_000,
+    pipeline_subscriptions=100,
+    pipeline_naive_sample=100,
     api_subscriptions=1_000,
     api_seconds=1.0,
     api_batch_topics=100,

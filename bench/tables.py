@@ -17,9 +17,11 @@ from bench.cs_trie_load import run_cs_trie_load
 from bench.latency import run_read_latency
 from bench.memory import run_memory
 from bench.micro import MicroInputs, run_micro
+from bench.propagation import run_propagation
 from bench.report import Table
 from bench.scaled import run_scaled
 from bench.sizes import Sizes
+from bench.store_load import run_store_load
 from bench.subjects import BASELINE, cached
 from bench.throughput import run_throughput
 from bench.workloads import (
@@ -129,6 +131,25 @@ def _api_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
 
 
 #: Every table, in the order ``topicstore bench`` runs them by default.
+def _store_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's default engines: what a replica builds at startup
+    yield run_store_load(sizes.store_sizes, sizes.seed)
+
+
+def _propagation(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines
+    yield run_propagation(sizes.propagation_changes)
+
+
+def _pipeline(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the job's engines are compared inside the table
+    from bench.pipeline import run_pipeline_bench  # Spark loads only for this table
+
+    yield run_pipeline_bench(
+        sizes.pipeline_messages, sizes.pipeline_subscriptions, sizes.pipeline_naive_sample
+    )
+
+
 TABLES: Final[dict[str, TableRunner]] = {
     "throughput": _throughput,
     "micro": _micro,
@@ -138,4 +159,7 @@ TABLES: Final[dict[str, TableRunner]] = {
     "adversarial": _adversarial,
     "cs_trie_load": _cs_trie_load,
     "api_load": _api_load,
+    "store_load": _store_load,
+    "propagation": _propagation,
+    "pipeline": _pipeline,
 }

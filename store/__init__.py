@@ -3,7 +3,7 @@ on PostgreSQL (production, several replicas) or DuckDB (embedded, one file)."""
 
 from __future__ import annotations
 
-from store.db import CHANGES_CHANNEL, Backend, Database, backend_of
+from store.db import CHANGES_CHANNEL, DEFAULT_DATABASE_URL, Backend, Database, backend_of
 from store.errors import (
     DatabaseLockedError,
     InvalidSubscriptionError,
@@ -22,6 +22,7 @@ from store.repository import SubscriptionRepository
 
 __all__ = [
     "CHANGES_CHANNEL",
+    "DEFAULT_DATABASE_URL",
     "DEFAULT_TENANT",
     "HEADERS_DIALECT",
     "Backend",

@@ -25,6 +25,8 @@ from store.errors import DatabaseLockedError, UnsupportedDatabaseError
 
 log = logging.getLogger(__name__)
 
+#: The embedded default store: one DuckDB file, no server to run.
+DEFAULT_DATABASE_URL: Final = "duckdb:///./data/topicstore.duckdb"
 #: Advisory lock key that serializes writers of change_log ("tpcs" in ASCII).
 WRITER_LOCK_KEY: Final = 0x74706373
 #: PostgreSQL channel whose payload is the newest change seq (a doorbell, not the data).

@@ -9,7 +9,8 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from app.cli import app
-from app.settings import DEFAULT_DATABASE_URL, Settings
+from app.settings import Settings
+from store import DEFAULT_DATABASE_URL
 
 
 def test_migrate_creates_the_schema(tmp_path: Path) -> None:

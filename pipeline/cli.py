@@ -1,0 +1,209 @@
+"""The ``route`` and ``analytics`` commands: plain typer command functions, registered on
+``app`` here and meant to be registered on the ``topicstore`` command line as they are.
+
+This file also runs as a script, which is how ``spark-submit`` starts it on a cluster::
+
+    spark-submit --master spark://host:7077 pipeline/cli.py route --messages ... --out ...
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from matcher import ENGINES
+from pipeline.analytics import BUCKETS, QUERIES, QueryResult, run_query
+from pipeline.errors import PipelineError
+from pipeline.subscriptions import DEFAULT_ENGINE
+from store import DEFAULT_DATABASE_URL, StoreError
+
+app = typer.Typer(
+    help="Route message tables with Spark and query the results with DuckDB.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def route(
+    messages: Annotated[
+        str,
+        typer.Option(
+            "--messages",
+            help="Messages (message_id, topic, ts; optional tenant, dialect, headers): "
+            "Parquet, or JSON lines named *.json, *.jsonl or *.ndjson; a file or a directory.",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Output directory: deliveries/, unmatched/, rejects/, summary.json."
+        ),
+    ],
+    subscriptions: Annotated[
+        str | None,
+        typer.Option(
+            "--subscriptions",
+            help="Subscriptions Parquet (topicstore export); default: the configured store.",
+        ),
+    ] = None,
+    master: Annotated[
+        str | None,
+        typer.Option("--master", help="Spark master: local[*] (default), local[N], spark://…"),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option("--engine", help=f"Matching engine on the executors: {', '.join(ENGINES)}."),
+    ] = DEFAULT_ENGINE,
+    database_url: Annotated[
+        str,
+        typer.Option(
+            "--database-url",
+            envvar="TOPICSTORE_DATABASE_URL",
+            help="Store to read subscriptions from when --subscriptions is not given.",
+        ),
+    ] = DEFAULT_DATABASE_URL,
+) -> None:
+    """Route every message to the subscriptions whose pattern matches it (Spark)."""
+    from pyspark.sql import SparkSession  # Spark loads only for this command
+
+    from pipeline.job import RouteJob, run
+    from pipeline.session import spark_session
+
+    if engine not in ENGINES:
+        raise typer.BadParameter(
+            f"unknown engine {engine!r}; known: {', '.join(ENGINES)}", param_hint="--engine"
+        )
+    ours = SparkSession.getActiveSession() is None  # a caller's session is left running
+    spark = spark_session(master)
+    try:
+        summary = run(
+            spark,
+            RouteJob(
+                messages=messages,
+                out=out,
+                subscriptions=subscriptions,
+                database_url=database_url,
+                engine=engine,
+            ),
+        )
+    except (PipelineError, StoreError) as e:
+        typer.echo(f"error ({e.code}): {e.message}", err=True)
+        raise typer.Exit(2) from e
+    finally:
+        if ours:
+            spark.stop()
+    typer.echo(
+        f"routed {summary.messages:,} messages in {summary.duration_s:.1f} s "
+        f"({summary.messages_per_s:,.0f} msg/s): {summary.deliveries:,} deliveries, "
+        f"{summary.unmatched:,} unmatched, {summary.rejected:,} rejected; "
+        f"{summary.subscriptions:,} subscriptions ({summary.subscriptions_rejected:,} rejected)"
+    )
+    typer.echo(f"summary: {out / 'summary.json'}")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool | str):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float | Decimal):
+        number = float(value)
+        return f"{number:,.4g}" if abs(number) < 1 else f"{number:,.2f}"
+    if isinstance(value, datetime | date):
+        return value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat()
+    return str(value)
+
+
+def format_result(result: QueryResult) -> str:
+    """The result as an aligned text table (text left, numbers right)."""
+    cells = [[_cell(v) for v in row] for row in result.rows]
+    widths = [
+        max(len(text) for text in column) for column in zip(result.columns, *cells, strict=True)
+    ]
+    numeric = [
+        all(isinstance(row[i], int | float | Decimal) for row in result.rows if row[i] is not None)
+        for i in range(len(result.columns))
+    ]
+
+    def line(texts: list[str] | tuple[str, ...]) -> str:
+        parts = (
+            text.rjust(width) if right else text.ljust(width)
+            for text, width, right in zip(texts, widths, numeric, strict=True)
+        )
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(result.columns), rule, *(line(row) for row in cells)]) + "\n"
+
+
+def analytics(
+    query: Annotated[
+        str, typer.Argument(help=f"One of: {', '.join(QUERIES)}.", show_default=False)
+    ],
+    deliveries: Annotated[
+        Path,
+        typer.Option("--deliveries", help="A route output directory (or its deliveries/)."),
+    ],
+    subscriptions: Annotated[
+        Path | None,
+        typer.Option("--subscriptions", help="Subscriptions export, for never-matched (Parquet)."),
+    ] = None,
+    chart: Annotated[
+        Path | None,
+        typer.Option("--chart", help="Also draw a PNG (fanout, timeline, subscribers)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON records.")] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Rows of a ranking (default 20).")
+    ] = None,
+    bucket: Annotated[
+        str, typer.Option("--bucket", help=f"timeline bucket: {', '.join(BUCKETS)}.")
+    ] = "hour",
+) -> None:
+    """Query a route output with DuckDB (in memory; the service's database is never opened)."""
+    if chart is not None:
+        from pipeline.charts import CHARTS  # matplotlib loads only for charts
+
+        if query not in CHARTS:
+            raise typer.BadParameter(
+                f"no chart for {query!r}; charts exist for {', '.join(CHARTS)}",
+                param_hint="--chart",
+            )
+    try:
+        result = run_query(
+            query, deliveries, subscriptions=subscriptions, limit=limit, bucket=bucket
+        )
+        if chart is not None:
+            from pipeline.charts import write_chart
+
+            write_chart(result, chart)
+    except PipelineError as e:
+        typer.echo(f"error ({e.code}): {e.message}", err=True)
+        raise typer.Exit(2) from e
+    if as_json:
+        typer.echo(json.dumps(result.records(), indent=2))
+    else:
+        typer.echo(format_result(result), nl=False)
+    if chart is not None:
+        typer.echo(f"chart: {chart}", err=as_json)
+
+
+app.command()(route)
+app.command()(analytics)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    app()
+
+
+if __name__ == "__main__":
+    main()

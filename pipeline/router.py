@@ -1,0 +1,271 @@
+"""The executor side of routing: engines built from a broadcast plan, and Arrow batches of
+messages routed through them. Plain Python and Arrow, no Spark, so it is tested directly.
+
+Each Python worker builds its engines once per plan (``router_for``; Spark reuses workers
+across tasks), lazily per (tenant, dialect), so a worker only builds what its messages need.
+The per-message loop does nothing but match; the output columns are gathered vectorized
+(Arrow ``take`` over message rows and subscription positions).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from itertools import chain, compress
+from typing import Final, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from matcher import EMPTY, HeadersMatcher, Matcher, MatcherError, MatchResult, create_matcher
+from pipeline.schema import (
+    DEFAULT_DIALECT,
+    DELIVERY,
+    MAX_OUTPUT_ROWS,
+    REJECTED,
+    ROUTED_NAMES,
+    UNMATCHED,
+)
+from pipeline.subscriptions import SubscriptionPlan
+from store import DEFAULT_TENANT
+
+#: A message's matches: an engine's result, or a tuple when headers matches were added.
+Hits: TypeAlias = MatchResult | tuple[int, ...]
+Rows: TypeAlias = npt.NDArray[np.int64]
+_NO_HITS: Final[Hits] = EMPTY
+
+
+class Router:
+    """Routes message batches for one plan. Not thread-safe: one per Python worker."""
+
+    def __init__(self, plan: SubscriptionPlan) -> None:
+        self.plan = plan
+        self._ids = pa.array(plan.ids, pa.int64())
+        self._subscribers = pa.array(plan.subscribers, pa.string())
+        self._topic: dict[tuple[str, str], Matcher] = {}
+        self._headers: dict[str, HeadersMatcher] = {}
+
+    def engine(self, tenant: str, dialect: str) -> Matcher:
+        """The engine of (tenant, dialect), built on first use. Tenants without
+        subscriptions share one empty engine per dialect, which still validates topics (a
+        message is refused by the same rules whoever it is for) and keeps a worker's engines
+        bounded by the plan, whatever tenants the messages name."""
+        key = (tenant, dialect)
+        engine = self._topic.get(key)
+        if engine is None:
+            plan = self.plan
+            items = plan.topics.get(key)
+            if items is None:
+                key = ("", dialect)  # tenant names are never empty
+                engine = self._topic.get(key)
+                if engine is not None:
+                    return engine
+            engine = create_matcher(plan.engine, dialect, plan.limits)
+            engine.subscribe_many(items or ())
+            self._topic[key] = engine
+        return engine
+
+    def headers_engine(self, tenant: str) -> HeadersMatcher:
+        """The headers engine of ``tenant``; tenants without any share one empty engine."""
+        key = tenant if tenant in self.plan.headers else ""
+        engine = self._headers.get(key)
+        if engine is None:
+            engine = HeadersMatcher(self.plan.header_limits)
+            for position, criteria, mode in self.plan.headers.get(key, ()):
+                engine.subscribe(position, criteria, mode)
+            self._headers[key] = engine
+        return engine
+
+    def engine_count(self) -> int:
+        """Engines built so far (topic and headers)."""
+        return len(self._topic) + len(self._headers)
+
+    def route_batch(
+        self, batch: pa.RecordBatch, max_rows: int = MAX_OUTPUT_ROWS
+    ) -> Iterator[pa.RecordBatch]:
+        """Routed rows (``schema.ROUTED``) for a batch in the ``schema.ROUTE_INPUT`` layout;
+        each output batch holds at most ``max_rows`` deliveries plus one message's fan-out.
+
+        Rows that arrive with a ``reason`` were rejected upstream and pass through; a topic
+        or headers the matcher refuses becomes a reject carrying the matcher's error code.
+        """
+        hits, codes, details = self._match(batch)
+        rejected = np.fromiter((c is not None for c in codes), dtype=np.bool_, count=len(codes))
+        counts = np.fromiter(map(len, hits), dtype=np.int64, count=len(hits))
+        counts[rejected] = 0
+        start, n = 0, len(hits)
+        while start < n:
+            # Cut after the first message whose deliveries reach max_rows.
+            reach = np.cumsum(counts[start:])
+            stop = min(n, start + int(np.searchsorted(reach, max_rows)) + 1)
+            positions = np.fromiter(
+                chain.from_iterable(compress(hits[start:stop], ~rejected[start:stop])),
+                dtype=np.int64,
+                count=int(reach[stop - start - 1]),
+            )
+            yield self._emit(
+                batch.slice(start, stop - start),
+                counts[start:stop],
+                positions,
+                rejected[start:stop],
+                codes[start:stop],
+                details[start:stop],
+            )
+            start = stop
+
+    def _match(
+        self, batch: pa.RecordBatch
+    ) -> tuple[list[Hits], list[str | None], list[str | None]]:
+        n = batch.num_rows
+        topics = batch.column("topic").to_pylist()
+        reasons = batch.column("reason")
+        hits: list[Hits] = [_NO_HITS] * n
+        codes: list[str | None] = reasons.to_pylist()
+        details: list[str | None] = batch.column("detail").to_pylist()
+        tenants = _values(batch, "tenant", DEFAULT_TENANT)
+        dialects = _values(batch, "dialect", DEFAULT_DIALECT)
+        if reasons.null_count == n and len(tenants) == len(dialects) == 1:
+            # The common case: one engine, and a loop with nothing in it but the match.
+            match = self.engine(tenants[0], dialects[0]).match
+            for i, topic in enumerate(topics):
+                try:
+                    hits[i] = match(topic)
+                except MatcherError as e:
+                    codes[i], details[i] = e.code, e.message
+        else:
+            engine = self.engine
+            tenant_of = _per_row(tenants, n)
+            dialect_of = _per_row(dialects, n)
+            for i, topic in enumerate(topics):
+                if codes[i] is None:
+                    try:
+                        hits[i] = engine(tenant_of[i], dialect_of[i]).match(topic)
+                    except MatcherError as e:
+                        codes[i], details[i] = e.code, e.message
+        if "headers" in batch.schema.names and batch.column("headers").null_count < n:
+            self._match_headers(
+                batch.column("headers").to_pylist(), _per_row(tenants, n), hits, codes, details
+            )
+        return hits, codes, details
+
+    def _match_headers(
+        self,
+        headers: list[str | None],
+        tenants: Sequence[str],
+        hits: list[Hits],
+        codes: list[str | None],
+        details: list[str | None],
+    ) -> None:
+        """Add headers matches to the topic matches: a message reaches both kinds."""
+        for i, text in enumerate(headers):
+            if text is None or codes[i] is not None:
+                continue
+            try:
+                found = self.headers_engine(tenants[i]).match(json.loads(text))
+            except MatcherError as e:
+                codes[i], details[i] = e.code, e.message
+                continue
+            if found:
+                hits[i] = (*hits[i], *found)
+
+    def _emit(
+        self,
+        part: pa.RecordBatch,
+        counts: Rows,
+        positions: Rows,
+        rejected: npt.NDArray[np.bool_],
+        codes: Sequence[str | None],
+        details: Sequence[str | None],
+    ) -> pa.RecordBatch:
+        """One output batch: the deliveries, then the unmatched, then the rejected rows."""
+        rows = np.arange(len(counts), dtype=np.int64)
+        first = np.zeros(len(positions), dtype=np.bool_)
+        first[(np.cumsum(counts) - counts)[counts > 0]] = True
+        unmatched = rows[(counts == 0) & ~rejected]
+        rejects = rows[rejected]
+        by_position = pa.array(positions, pa.int64())
+        sections = [
+            _section(
+                part,
+                DELIVERY,
+                np.repeat(rows, counts),
+                self._ids.take(by_position),
+                self._subscribers.take(by_position),
+                pa.array(first),
+            ),
+            _section(part, UNMATCHED, unmatched),
+            _section(
+                part,
+                REJECTED,
+                rejects,
+                reasons=pa.array([codes[j] for j in rejects], pa.string()),
+                details=pa.array([details[j] for j in rejects], pa.string()),
+            ),
+        ]
+        columns = [pa.concat_arrays(list(parts)) for parts in zip(*sections, strict=True)]
+        return pa.RecordBatch.from_arrays(columns, names=list(ROUTED_NAMES))
+
+
+def _section(
+    part: pa.RecordBatch,
+    output: int,
+    rows: Rows,
+    subscription_ids: pa.Array | None = None,
+    subscribers: pa.Array | None = None,
+    first: pa.Array | None = None,
+    *,
+    reasons: pa.Array | None = None,
+    details: pa.Array | None = None,
+) -> list[pa.Array]:
+    """The ``ROUTED`` columns of one output kind; message columns gathered from ``rows``,
+    the columns not given are null."""
+    index = pa.array(rows, pa.int64())
+    k = len(rows)
+    string = pa.string()
+    if "tenant" in part.schema.names:
+        tenants = part.column("tenant").take(index)
+    else:
+        tenants = pa.repeat(pa.scalar(DEFAULT_TENANT, string), k)
+    return [
+        pa.array(np.full(k, output, dtype=np.int8)),
+        part.column("message_id").take(index),
+        subscription_ids if subscription_ids is not None else pa.nulls(k, pa.int64()),
+        subscribers if subscribers is not None else pa.nulls(k, string),
+        tenants,
+        part.column("topic").take(index),
+        part.column("ts").take(index),
+        first if first is not None else pa.nulls(k, pa.bool_()),
+        reasons if reasons is not None else pa.nulls(k, string),
+        details if details is not None else pa.nulls(k, string),
+        part.column("raw").take(index) if reasons is not None else pa.nulls(k, string),
+    ]
+
+
+def _values(batch: pa.RecordBatch, name: str, default: str) -> list[str]:
+    """The column's one value when that is all it holds (or ``default`` when the input has
+    no such column), else every row's value: one value means one engine for the batch."""
+    if name not in batch.schema.names:
+        return [default]
+    column = batch.column(name)
+    distinct = column.unique()
+    if len(distinct) == 1 and distinct.null_count == 0:
+        return [distinct[0].as_py()]
+    return [default if v is None else v for v in column.to_pylist()]
+
+
+def _per_row(values: list[str], n: int) -> Sequence[str]:
+    return values * n if len(values) == 1 else values
+
+
+_ROUTERS: dict[str, Router] = {}
+
+
+def router_for(plan: SubscriptionPlan) -> Router:
+    """This worker's router for ``plan``, built on first use. Only the newest plan is kept:
+    a worker serves one job at a time."""
+    router = _ROUTERS.get(plan.plan_id)
+    if router is None:
+        _ROUTERS.clear()
+        router = _ROUTERS[plan.plan_id] = Router(plan)
+    return router

@@ -1,0 +1,286 @@
+"""The routing job's transformations: pure functions, DataFrame in, DataFrame out.
+
+``normalize_messages`` brings any accepted message layout to ``schema.ROUTE_INPUT`` and marks
+rows that are malformed before any matching (missing fields, bad timestamps, JSON lines that
+do not parse); ``route`` matches on the executors with our own engines (``mapInArrow``);
+``deliveries``, ``unmatched`` and ``rejects`` split the routed rows into the job's tables.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator
+from functools import reduce
+
+import pyarrow as pa
+from pyspark import Broadcast
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as sf
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    MapType,
+    NumericType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from pipeline.errors import InputSchemaError
+from pipeline.router import router_for
+from pipeline.schema import (
+    CORRUPT_COLUMN,
+    DEFAULT_DIALECT,
+    DELIVERY,
+    DELIVERY_COLUMNS,
+    EMPTY_TENANT,
+    HEADERS_DDL,
+    HEADERS_TYPE,
+    INVALID_HEADERS,
+    INVALID_TS,
+    INVALID_UTF8,
+    MALFORMED_ROW,
+    MAX_OUTPUT_ROWS,
+    MESSAGE_DIALECTS,
+    MESSAGES_SOURCE,
+    MISSING_MESSAGE_ID,
+    MISSING_TOPIC,
+    MISSING_TS,
+    OPTIONAL_INPUT,
+    REJECT_SCHEMA,
+    REJECTED,
+    ROUTE_INPUT,
+    ROUTED,
+    UNKNOWN_DIALECT,
+    UNMATCHED,
+    UNMATCHED_COLUMNS,
+)
+from pipeline.subscriptions import SubscriptionPlan
+from store import DEFAULT_TENANT
+
+#: Seconds-since-epoch values accepted as ``ts``: years 1 to 9999, what a timestamp holds.
+MIN_EPOCH_S = -62_135_596_800
+MAX_EPOCH_S = 253_402_300_799
+_NUMBER = r"^\s*-?[0-9]+(\.[0-9]+)?\s*$"
+
+
+def _text(column: Column, name: str, data_type: DataType) -> Column:
+    if isinstance(data_type, StringType):
+        return column
+    if isinstance(data_type, NumericType | BinaryType | BooleanType):
+        return column.cast("string")
+    raise InputSchemaError(
+        "invalid_column_type", f"column {name!r} must be text or a number, not {data_type}"
+    )
+
+
+def _epoch(seconds: Column) -> Column:
+    return sf.when(seconds.between(MIN_EPOCH_S, MAX_EPOCH_S), sf.timestamp_seconds(seconds))
+
+
+def _timestamp(column: Column, data_type: DataType) -> Column:
+    """``ts`` as a timestamp: a timestamp or date column, seconds since the epoch, or text
+    (ISO-8601, or a number of seconds). Unparseable values become null (``invalid_ts``)."""
+    if isinstance(data_type, TimestampType):
+        return column
+    if isinstance(data_type, TimestampNTZType | DateType):
+        return column.cast("timestamp")
+    if isinstance(data_type, NumericType):
+        return _epoch(column.cast("double"))
+    if isinstance(data_type, StringType):
+        return sf.when(column.rlike(_NUMBER), _epoch(sf.trim(column).try_cast("double"))).otherwise(
+            column.try_cast("timestamp")
+        )
+    raise InputSchemaError(
+        "invalid_column_type", f"column 'ts' must be a timestamp, a number or text, not {data_type}"
+    )
+
+
+def _headers(column: Column, data_type: DataType) -> Column:
+    """``headers`` as map<string,string>: a map, a struct, or a JSON object in text."""
+    if isinstance(data_type, MapType):
+        return column.try_cast(HEADERS_TYPE)
+    if isinstance(data_type, StructType):
+        return sf.from_json(sf.to_json(column), HEADERS_DDL)
+    if isinstance(data_type, StringType):
+        return sf.from_json(column, HEADERS_DDL)
+    raise InputSchemaError(
+        "invalid_column_type", f"column 'headers' must be a map or JSON text, not {data_type}"
+    )
+
+
+def normalize_messages(messages: DataFrame) -> DataFrame:
+    """``messages`` in the ``ROUTE_INPUT`` layout, every malformed row marked with a reason.
+
+    Required columns: ``message_id``, ``topic``, ``ts``. Optional, and passed on only when
+    present: ``tenant`` (default ``default``), ``dialect`` (``amqp``, ``mqtt`` or ``nats``;
+    default ``amqp``) and ``headers`` (passed on as JSON text). A missing required column is
+    an ``InputSchemaError``: that is the whole file, not a row. ``raw`` keeps the original
+    row (as JSON, or the line that did not parse) of rows rejected here; the text of those
+    rows is made valid UTF-8, so that every later step can read it.
+    """
+    types = {field.name: field.dataType for field in messages.schema.fields}
+    missing = [name for name in ("message_id", "topic", "ts") if name not in types]
+    if missing:
+        raise InputSchemaError(
+            "missing_column",
+            f"messages have no {', '.join(missing)} column (need message_id, topic, ts)",
+        )
+    originals = [sf.col(name) for name in messages.columns if name != CORRUPT_COLUMN]
+    message_id = _text(sf.col("message_id"), "message_id", types["message_id"])
+    topic = _text(sf.col("topic"), "topic", types["topic"])
+    ts_in = sf.col("ts")
+    ts = _timestamp(ts_in, types["ts"])
+    optional: dict[str, Column] = {}
+    checks: list[tuple[Column, str, Column]] = []
+    if CORRUPT_COLUMN in types:
+        checks.append(
+            (
+                sf.col(CORRUPT_COLUMN).isNotNull(),
+                MALFORMED_ROW,
+                sf.lit("the line is not a JSON object of message fields"),
+            )
+        )
+    checks += [
+        (
+            message_id.isNull() | (message_id == ""),
+            MISSING_MESSAGE_ID,
+            sf.lit("message_id is missing or empty"),
+        ),
+        (topic.isNull(), MISSING_TOPIC, sf.lit("topic is missing")),
+        (ts_in.isNull(), MISSING_TS, sf.lit("ts is missing")),
+        (
+            ts.isNull(),
+            INVALID_TS,
+            sf.format_string(
+                "ts %s is neither a timestamp nor seconds since the epoch (years 1-9999)",
+                ts_in.cast("string"),
+            ),
+        ),
+    ]
+    if "tenant" in types:
+        tenant = _text(sf.col("tenant"), "tenant", types["tenant"])
+        optional["tenant"] = sf.coalesce(tenant, sf.lit(DEFAULT_TENANT))
+        checks.append(
+            (tenant == "", EMPTY_TENANT, sf.lit("tenant is empty (leave it out for the default)"))
+        )
+    if "dialect" in types:
+        dialect = sf.coalesce(
+            _text(sf.col("dialect"), "dialect", types["dialect"]), sf.lit(DEFAULT_DIALECT)
+        )
+        optional["dialect"] = dialect
+        checks.append(
+            (
+                ~dialect.isin(*MESSAGE_DIALECTS),
+                UNKNOWN_DIALECT,
+                sf.format_string(
+                    f"dialect %s is not one of {', '.join(MESSAGE_DIALECTS)}", dialect
+                ),
+            )
+        )
+    if "headers" in types:
+        headers = _headers(sf.col("headers"), types["headers"])
+        optional["headers"] = sf.to_json(headers)
+        checks.append(
+            (
+                sf.col("headers").isNotNull() & headers.isNull(),
+                INVALID_HEADERS,
+                sf.lit("headers must be an object whose values are text"),
+            )
+        )
+    # Spark strings may hold any bytes (a binary column cast to text, a Parquet writer that
+    # did not check); Python could not even read such a row, so it is refused here.
+    texts = [message_id, topic, *optional.values()]
+    checks.append(
+        (
+            reduce(operator.or_, (~sf.is_valid_utf8(text) for text in texts)),
+            INVALID_UTF8,
+            sf.lit("message_id, topic, tenant, dialect and headers must be valid UTF-8"),
+        )
+    )
+    reason: Column = sf.lit(None).cast("string")
+    detail: Column = sf.lit(None).cast("string")
+    for condition, code, text in reversed(checks):
+        # Built inside out, so that the first failing check names the row.
+        reason = sf.when(condition, sf.lit(code)).otherwise(reason)
+        detail = sf.when(condition, text).otherwise(detail)
+    original = sf.to_json(sf.struct(*originals))
+    if CORRUPT_COLUMN in types:
+        original = sf.coalesce(sf.col(CORRUPT_COLUMN), original)
+
+    def shown(text: Column) -> Column:
+        """Text of a rejected row with invalid bytes replaced: it is only shown."""
+        return sf.when(reason.isNull(), text).otherwise(sf.make_valid_utf8(text))
+
+    return messages.select(
+        shown(message_id).alias("message_id"),
+        shown(topic).alias("topic"),
+        ts.alias("ts"),
+        reason.alias("reason"),
+        sf.make_valid_utf8(detail).alias("detail"),
+        sf.when(reason.isNotNull(), sf.make_valid_utf8(original)).alias("raw"),
+        *(shown(column).alias(name) for name, column in optional.items()),
+    )
+
+
+def route(
+    messages: DataFrame,
+    plan: Broadcast[SubscriptionPlan],
+    max_output_rows: int = MAX_OUTPUT_ROWS,
+) -> DataFrame:
+    """Every normalized message routed on the executors: one ``ROUTED`` row per delivery,
+    per unmatched message and per rejected message.
+
+    Each Python worker builds its engines from the broadcast ``plan`` once (``router_for``)
+    and routes Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch`` messages.
+    """
+
+    def route_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        router = router_for(plan.value)
+        for batch in batches:
+            yield from router.route_batch(batch, max_output_rows)
+
+    present = set(messages.columns)
+    columns = [
+        sf.col(f.name).cast(f.dataType)
+        for f in (*ROUTE_INPUT.fields, *OPTIONAL_INPUT.fields)
+        if f.name in present
+    ]
+    return messages.select(*columns).mapInArrow(route_partition, ROUTED)
+
+
+def _date() -> Column:
+    return sf.to_date("ts").alias("date")
+
+
+def deliveries(routed: DataFrame) -> DataFrame:
+    """One row per (message, matching subscription), with its ``date`` partition."""
+    return routed.where(sf.col("output") == DELIVERY).select(*DELIVERY_COLUMNS, _date())
+
+
+def unmatched(routed: DataFrame) -> DataFrame:
+    """Valid messages no subscription matched, with their ``date`` partition."""
+    return routed.where(sf.col("output") == UNMATCHED).select(*UNMATCHED_COLUMNS, _date())
+
+
+def message_rejects(routed: DataFrame) -> DataFrame:
+    """Rejected messages in the ``REJECT_SCHEMA`` layout (``source`` = messages)."""
+    values = {
+        "subscription_id": sf.lit(None).cast("long"),
+        "pattern": sf.lit(None).cast("string"),
+        "source": sf.lit(MESSAGES_SOURCE),
+    }
+    return routed.where(sf.col("output") == REJECTED).select(
+        *(values.get(f.name, sf.col(f.name)).alias(f.name) for f in REJECT_SCHEMA.fields)
+    )
+
+
+def routed_counts(routed: DataFrame) -> DataFrame:
+    """Rows per (output, reason) and, for deliveries, the messages they came from."""
+    return routed.groupBy("output", "reason").agg(
+        sf.count(sf.lit(1)).alias("rows"),
+        sf.count(sf.when(sf.col("first"), 1)).alias("messages"),
+    )
