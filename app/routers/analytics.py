@@ -28,7 +28,7 @@ class AnalyticsOut(BaseModel):
 @router.get(
     "/analytics/{query}",
     response_model=AnalyticsOut,
-    responses=documented(400, 401, 403, 404),
+    responses=documented(400, 401, 403, 404, 422),
 )
 def analytics(
     query: Annotated[str, PathParam(description=f"One of: {', '.join(QUERIES)}.")],

@@ -37,6 +37,7 @@ OPERATIONS = [
     "GET /healthz",
     "GET /readyz",
     "GET /metrics",
+    "GET /v1/analytics/{query}",
 ]
 WITHOUT_INPUT = {"GET /healthz", "GET /readyz", "GET /metrics"}
 EXAMPLES = 25
