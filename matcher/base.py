@@ -37,7 +37,7 @@ def check_sub_id(sub_id: object) -> int:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector during a bulk build.
 
     A bulk load allocates millions of acyclic objects (nodes, tuples, bitmaps); each
@@ -104,7 +104,7 @@ class Matcher(ABC):
         Engines index the batch in bulk where that is cheaper (``_add_many``).
         """
         limits = self.limits
-        with self._write_lock, _gc_paused():
+        with self._write_lock, gc_paused():
             batch: dict[int, str] = {}
             prepared: list[tuple[int, Tokens, str]] = []
             for sub_id, pattern in items:

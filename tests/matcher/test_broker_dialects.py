@@ -9,8 +9,7 @@ is checked against the broker (the broker wins) and then against every engine.
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,6 +17,7 @@ import pytest
 
 from matcher import ENGINES, create_matcher
 from tests.brokers import require_mqtt, require_nats, route_with_mosquitto, route_with_nats
+from tests.conformance import describe_mismatch
 
 pytestmark = pytest.mark.brokers
 
@@ -173,35 +173,10 @@ def nats_corpus() -> Corpus:
 # ------------------------------------------------------------------------------- reporting
 
 
-def _ids(ids: Collection[int], limit: int = 20) -> str:
-    shown = sorted(ids)
-    text = ", ".join(map(str, shown[:limit]))
-    return f"[{text}{', ...' if len(shown) > limit else ''}] ({len(shown)})"
-
-
-def _with_patterns(ids: Collection[int], patterns: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(f"{i}: {patterns[i]!r}" for i in sorted(ids)[:limit])
-    return f"{{{shown}{', ...' if len(ids) > limit else ''}}} ({len(ids)})"
-
-
 def _describe(
     topic: str, expected: frozenset[int], got: Sequence[int], patterns: Sequence[str]
 ) -> str:
-    """One differing topic: what the broker and the engine said, and the patterns at issue."""
-    actual = set(got)
-    lines = [f"  topic {topic!r}: broker {_ids(expected)}, engine {_ids(actual)}"]
-    if missing := expected - actual:
-        lines.append(
-            f"    missing (broker delivers, engine does not): {_with_patterns(missing, patterns)}"
-        )
-    if extra := actual - expected:
-        lines.append(
-            f"    extra (engine matches, broker does not): {_with_patterns(extra, patterns)}"
-        )
-    if len(got) != len(actual):
-        dupes = sorted(i for i, n in Counter(got).items() if n > 1)
-        lines.append(f"    duplicate ids in match(): {dupes}")
-    return "\n".join(lines)
+    return describe_mismatch("topic", topic, expected, got, patterns)
 
 
 def _assert_engine_matches_broker(engine: str, corpus: Corpus, broker: str) -> None:

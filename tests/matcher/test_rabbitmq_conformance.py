@@ -8,14 +8,14 @@ RabbitMQ, and a table of edge cases whose expectations the broker confirms.
 from __future__ import annotations
 
 import random
-from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import pytest
 
 from matcher import ENGINES, create_matcher
+from tests.conformance import describe_mismatch
 from tests.rabbitmq import require_broker, route_with_rabbitmq
 
 pytestmark = pytest.mark.rabbitmq
@@ -115,35 +115,10 @@ def corpus() -> Corpus:
     return Corpus(tuple(patterns), tuple(keys), tuple(frozenset(ids) for ids in routed))
 
 
-def _ids(ids: Collection[int], limit: int = 20) -> str:
-    shown = sorted(ids)
-    text = ", ".join(map(str, shown[:limit]))
-    return f"[{text}{', ...' if len(shown) > limit else ''}] ({len(shown)})"
-
-
-def _with_patterns(ids: set[int] | frozenset[int], patterns: Sequence[str], limit: int = 10) -> str:
-    shown = ", ".join(f"{i}: {patterns[i]!r}" for i in sorted(ids)[:limit])
-    return f"{{{shown}{', ...' if len(ids) > limit else ''}}} ({len(ids)})"
-
-
 def _describe(
     key: str, expected: frozenset[int], got: Sequence[int], patterns: Sequence[str]
 ) -> str:
-    """One differing key: what the broker and the engine said, and the patterns at issue."""
-    actual = set(got)
-    lines = [f"  key {key!r}: broker {_ids(expected)}, engine {_ids(actual)}"]
-    if missing := expected - actual:
-        lines.append(
-            f"    missing (broker routes, engine does not): {_with_patterns(missing, patterns)}"
-        )
-    if extra := actual - expected:
-        lines.append(
-            f"    extra (engine matches, broker does not): {_with_patterns(extra, patterns)}"
-        )
-    if len(got) != len(actual):
-        dupes = sorted(i for i, n in Counter(got).items() if n > 1)
-        lines.append(f"    duplicate ids in match(): {dupes}")
-    return "\n".join(lines)
+    return describe_mismatch("key", key, expected, got, patterns)
 
 
 def test_corpus_is_not_degenerate(corpus: Corpus) -> None:
