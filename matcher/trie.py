@@ -150,7 +150,9 @@ def walk(root: WalkNode, words: list[str], level_sizes: list[int] | None) -> lis
             h = node.hash
             if h is not None and h not in active:
                 active.add(h)
-                for word, child in h.children.items():
+                # list(): one atomic copy, so a writer adding a child meanwhile (mutable
+                # trie) cannot break the iteration.
+                for word, child in list(h.children.items()):
                     targets = by_word.get(word)
                     if targets is None:
                         by_word[word] = [child]
