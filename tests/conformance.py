@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Sequence
 
+from matcher import create_matcher
+
 
 def _ids(ids: Collection[int], limit: int = 20) -> str:
     shown = sorted(ids)
@@ -36,3 +38,24 @@ def describe_mismatch(
         dupes = sorted(i for i, n in Counter(got).items() if n > 1)
         lines.append(f"    duplicate ids in match(): {dupes}")
     return "\n".join(lines)
+
+
+def differences(
+    engine: str,
+    dialect: str,
+    patterns: Sequence[str],
+    topics: Sequence[str],
+    routed: Sequence[frozenset[int]],
+    what: str,
+) -> list[str]:
+    """Subscribe pattern i as id i on a new ``engine``; describe every topic whose matches
+    differ from what the broker routed (``routed[k]`` for ``topics[k]``)."""
+    matcher = create_matcher(engine, dialect=dialect)
+    for sub_id, pattern in enumerate(patterns):
+        matcher.subscribe(sub_id, pattern)
+    differing: list[str] = []
+    for topic, expected in zip(topics, routed, strict=True):
+        got = list(matcher.match(topic))
+        if set(got) != expected or len(got) != len(expected):
+            differing.append(describe_mismatch(what, topic, expected, got, patterns))
+    return differing

@@ -17,7 +17,7 @@ import pytest
 
 from matcher import ENGINES, create_matcher
 from tests.brokers import require_mqtt, require_nats, route_with_mosquitto, route_with_nats
-from tests.conformance import describe_mismatch
+from tests.conformance import differences
 
 pytestmark = pytest.mark.brokers
 
@@ -173,22 +173,10 @@ def nats_corpus() -> Corpus:
 # ------------------------------------------------------------------------------- reporting
 
 
-def _describe(
-    topic: str, expected: frozenset[int], got: Sequence[int], patterns: Sequence[str]
-) -> str:
-    return describe_mismatch("topic", topic, expected, got, patterns)
-
-
 def _assert_engine_matches_broker(engine: str, corpus: Corpus, broker: str) -> None:
-    matcher = create_matcher(engine, dialect=corpus.dialect)
-    for sub_id, pattern in enumerate(corpus.patterns):
-        matcher.subscribe(sub_id, pattern)
-    differing: list[str] = []
-    for k, topic in enumerate(corpus.topics):
-        got = list(matcher.match(topic))
-        expected = corpus.routed[k]
-        if set(got) != expected or len(got) != len(expected):
-            differing.append(_describe(topic, expected, got, corpus.patterns))
+    differing = differences(
+        engine, corpus.dialect, corpus.patterns, corpus.topics, corpus.routed, "topic"
+    )
     assert not differing, (
         f"{engine} ({corpus.dialect}): {len(differing)} of {len(corpus.topics)} topics matched "
         f"differently from {broker} (seed {SEED}); first few:\n" + "\n".join(differing[:5])

@@ -8,14 +8,13 @@ RabbitMQ, and a table of edge cases whose expectations the broker confirms.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import pytest
 
 from matcher import ENGINES, create_matcher
-from tests.conformance import describe_mismatch
+from tests.conformance import differences
 from tests.rabbitmq import require_broker, route_with_rabbitmq
 
 pytestmark = pytest.mark.rabbitmq
@@ -115,12 +114,6 @@ def corpus() -> Corpus:
     return Corpus(tuple(patterns), tuple(keys), tuple(frozenset(ids) for ids in routed))
 
 
-def _describe(
-    key: str, expected: frozenset[int], got: Sequence[int], patterns: Sequence[str]
-) -> str:
-    return describe_mismatch("key", key, expected, got, patterns)
-
-
 def test_corpus_is_not_degenerate(corpus: Corpus) -> None:
     """Guards the generator: an oracle that routes everything or nothing proves little."""
     sizes = [len(ids) for ids in corpus.routed]
@@ -136,15 +129,7 @@ def test_corpus_is_not_degenerate(corpus: Corpus) -> None:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_engine_routes_like_rabbitmq(engine: str, corpus: Corpus) -> None:
     """Pattern i subscribed as id i; every key must match exactly the ids the broker routed."""
-    matcher = create_matcher(engine, dialect="amqp")
-    for sub_id, pattern in enumerate(corpus.patterns):
-        matcher.subscribe(sub_id, pattern)
-    differing: list[str] = []
-    for k, key in enumerate(corpus.keys):
-        got = list(matcher.match(key))
-        expected = corpus.routed[k]
-        if set(got) != expected or len(got) != len(expected):
-            differing.append(_describe(key, expected, got, corpus.patterns))
+    differing = differences(engine, "amqp", corpus.patterns, corpus.keys, corpus.routed, "key")
     assert not differing, (
         f"{engine}: {len(differing)} of {len(corpus.keys)} keys routed differently from "
         f"RabbitMQ (seed {SEED}); first few:\n" + "\n".join(differing[:5])
