@@ -1,18 +1,24 @@
 """Who is calling: bearer tokens, each bound to one tenant, plus the operator's admin token
-(any tenant). Tokens are compared in constant time."""
+(any tenant). Tokens are compared in constant time. No FastAPI here: the command line
+reads the development token through this module too (``app.dependencies`` wires it into
+the routes)."""
 
 from __future__ import annotations
 
 import hmac
+import logging
+import secrets
 from dataclasses import dataclass
-from typing import Annotated
 
-from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
-from app.errors import ApiError
+from app.refusals import UnauthorizedError, WrongTenantError
 from app.settings import Settings
 from store import DEFAULT_TENANT
+
+log = logging.getLogger(__name__)
+
+
+class ConfigurationError(Exception):
+    """The service must not start as configured."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,55 +33,56 @@ class Caller:
         if self.tenant is None:
             return requested or DEFAULT_TENANT
         if requested is not None and requested != self.tenant:
-            raise ApiError(403, "wrong_tenant", "this token may only act on its own tenant")
+            raise WrongTenantError("this token may only act on its own tenant")
         return self.tenant
 
 
-# Declares the scheme in OpenAPI (and the docs' "Authorize" button); refusals stay ours.
-_bearer_scheme = HTTPBearer(
-    auto_error=False, description="TOPICSTORE_ADMIN_TOKEN, or a token of TENANT_TOKENS."
-)
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)]
+#: The operator: what the command line acts as when it opens the store itself.
+OPERATOR = Caller(None)
 
 
-def _bearer(credentials: HTTPAuthorizationCredentials | None) -> str:
-    if credentials is None:
-        raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
-    return credentials.credentials
-
-
-def authenticate(settings: Settings, token: str) -> Caller:
-    """The caller ``token`` belongs to, or 401."""
+def authenticate(settings: Settings, token: str | None) -> Caller:
+    """The caller ``token`` belongs to, or ``UnauthorizedError``."""
+    if token is None:
+        raise UnauthorizedError("send Authorization: Bearer <token>")
     given = token.encode("utf-8", "surrogateescape")
     found: Caller | None = None
     if settings.admin_token and hmac.compare_digest(given, settings.admin_token.encode()):
-        found = Caller(None)
+        found = OPERATOR
     for known, tenant in settings.tenant_tokens.items():
         # Compare with every token (no early exit), so timing says nothing about which.
         if hmac.compare_digest(given, known.encode()):
             found = Caller(tenant)
     if found is None:
-        raise ApiError(401, "unauthorized", "unknown token")
+        raise UnauthorizedError("unknown token")
     return found
 
 
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.services.settings
-    return settings
+def secure(settings: Settings) -> Settings:
+    """Refuse to run without an admin token, unless in development mode, where one is made
+    (and announced loudly) for this run."""
+    if settings.admin_token:
+        return settings
+    if not settings.dev:
+        raise ConfigurationError(
+            "TOPICSTORE_ADMIN_TOKEN is not set. Set it (16+ characters), or start in "
+            "development mode with TOPICSTORE_DEV=true (never in production)."
+        )
+    token = dev_token(settings)
+    if token is None:
+        token = secrets.token_urlsafe(24)
+        path = settings.dev_token_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(token + "\n", encoding="utf-8")
+    log.warning("DEVELOPMENT MODE: no admin token configured; using %s", settings.dev_token_file)
+    return settings.model_copy(update={"admin_token": token})
 
 
-async def admin_caller(request: Request, credentials: Credentials) -> Caller:
-    return authenticate(_settings(request), _bearer(credentials))
-
-
-async def match_caller(request: Request, credentials: Credentials) -> Caller:
-    settings = _settings(request)
-    if not settings.match_auth:
-        return Caller(None)
-    return authenticate(settings, _bearer(credentials))
-
-
-# async: these only compare strings, and a plain ``def`` dependency costs a thread-pool
-# hand-off per request (it was 40% of the match endpoint's time).
-AdminCaller = Annotated[Caller, Depends(admin_caller)]
-MatchCaller = Annotated[Caller, Depends(match_caller)]
+def dev_token(settings: Settings) -> str | None:
+    """The token development mode made earlier (kept so restarts and the CLI reuse it)."""
+    try:
+        token = settings.dev_token_file.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return token if len(token) >= 16 else None

@@ -1,16 +1,21 @@
-"""The ``topicstore`` command line. One typer app; each feature adds its own command."""
+"""The ``topicstore`` command line. One typer app; each feature adds its own command.
+
+Only typer loads up front: every command imports what it needs (the store, FastAPI, Spark,
+the bench suite) when it runs, so ``topicstore --help`` and ``sub ls`` stay quick."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from matcher import ENGINES
-from pipeline.cli import analytics, route
+if TYPE_CHECKING:
+    from app.cli_backend import Admin
 
 app = typer.Typer(
     help="topicstore: topic-matching subscription store.",
@@ -26,50 +31,15 @@ def _root() -> None:
     # even while it is the only command.
 
 
-@app.command()
-def bench(
-    tables: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="[TABLE]...",
-            help="Tables to run (default all): throughput, micro, memory, scaled, concurrency, "
-            "adversarial, cs_trie_load.",
-            show_default=False,
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write <table>.txt/.png and results.json here.")
-    ] = None,
-    engine: Annotated[
-        list[str] | None,
-        typer.Option("--engine", help=f"Engine to run (repeatable); default all: {ENGINES}."),
-    ] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Small sizes: a smoke test.")] = False,
-    messages: Annotated[
-        int | None, typer.Option("--messages", min=1, help="Throughput messages (100,000).")
-    ] = None,
-    repeats: Annotated[
-        int | None, typer.Option("--repeats", min=1, help="Throughput passes; best kept (3).")
-    ] = None,
-) -> None:
-    """Run the seed benchmark tables beside the dict-trie baseline."""
-    from bench.suite import run  # matplotlib loads only for this command
-    from bench.tables import TABLES
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench(ctx: typer.Context) -> None:
+    """Run the benchmark tables beside the dict-trie baseline (`topicstore bench --help`)."""
+    from bench.cli import main as bench_main  # the bench suite loads only for this command
 
-    engines = engine or list(ENGINES)
-    unknown = [name for name in engines if name not in ENGINES]
-    if unknown:
-        raise typer.BadParameter(
-            f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(ENGINES)}",
-            param_hint="--engine",
-        )
-    unknown_tables = [name for name in tables or () if name not in TABLES]
-    if unknown_tables:
-        raise typer.BadParameter(
-            f"unknown table(s) {', '.join(unknown_tables)}; known: {', '.join(TABLES)}",
-            param_hint="TABLE",
-        )
-    run(out, engines, quick, tables=tables, messages=messages, repeats=repeats)
+    bench_main(ctx.args, prog_name="topicstore bench")
 
 
 @app.command()
@@ -82,11 +52,12 @@ def migrate(
 ) -> None:
     """Apply the database migrations (PostgreSQL or DuckDB; idempotent)."""
     from app.settings import get_settings
+    from migrations.runner import upgrade
     from store import Database
 
     db = Database(database_url or get_settings().database_url)
     try:
-        db.migrate(revision)
+        upgrade(db.url, revision)
     finally:
         db.dispose()
     typer.echo(f"migrated {db.backend.value} database to {revision}")
@@ -105,6 +76,22 @@ ApiOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+@contextmanager
+def _admin(api: str | None) -> Iterator[Admin]:
+    """The store or the running service (see ``app.cli_backend``); a refusal (quota,
+    batch size, a service's error) ends the command with one line, not a traceback."""
+    from app.cli_backend import connect
+    from app.refusals import ServiceError
+    from app.settings import get_settings
+
+    try:
+        with connect(get_settings(), api) as admin:
+            yield admin
+    except ServiceError as e:
+        typer.echo(f"error: {e.code}: {e.message}", err=True)
+        raise typer.Exit(1) from e
 
 
 def _emit(data: object, as_json: bool, human: str) -> None:
@@ -126,7 +113,8 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from app.main import ConfigurationError, create_app, secure
+    from app.auth import ConfigurationError, secure
+    from app.main import create_app
     from app.settings import Settings
 
     try:
@@ -175,9 +163,6 @@ def sub_add(
     as_json: JsonOption = False,
 ) -> None:
     """Add one subscription."""
-    from app.admin import connect
-    from app.settings import get_settings
-
     labels = dict(item.split("=", 1) for item in label or []) or None
     item = {
         "subscriber": subscriber,
@@ -186,7 +171,7 @@ def sub_add(
         "tenant": tenant,
         "labels": labels,
     }
-    with connect(get_settings(), api) as admin:
+    with _admin(api) as admin:
         (result,) = admin.add_many([item])
     if result["status"] == "error":
         _emit(result, as_json, f"error: {result['error']['code']}: {result['error']['message']}")
@@ -197,10 +182,7 @@ def sub_add(
 @sub.command("rm")
 def sub_rm(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> None:
     """Remove one subscription by id."""
-    from app.admin import connect
-    from app.settings import get_settings
-
-    with connect(get_settings(), api) as admin:
+    with _admin(api) as admin:
         removed = admin.remove(sub_id)
     _emit(
         {"id": sub_id, "removed": removed},
@@ -216,21 +198,20 @@ def sub_ls(
     subscriber: Annotated[str | None, typer.Option()] = None,
     pattern_prefix: Annotated[str | None, typer.Option()] = None,
     dialect: Annotated[str | None, typer.Option()] = None,
+    tenant: Annotated[str | None, typer.Option(help="Default: the default tenant.")] = None,
     after: Annotated[int | None, typer.Option(help="Last id seen (pagination).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List subscriptions in id order."""
-    from app.admin import connect
-    from app.settings import get_settings
-
-    with connect(get_settings(), api) as admin:
-        rows = admin.list(
+    with _admin(api) as admin:
+        rows = admin.page(
+            tenant=tenant,
             subscriber=subscriber,
             pattern_prefix=pattern_prefix,
             dialect=dialect,
-            after_id=after,
+            after=after,
             limit=limit,
         )
     lines = [f"{r['id']:>10}  {r['subscriber']:<20} {r['dialect']:<6} {r['pattern']}" for r in rows]
@@ -246,15 +227,13 @@ def sub_import(
 ) -> None:
     """Import a CSV (subscriber,pattern[,dialect,tenant]) or JSON-lines file; every bad line
     is reported with its line number, the good ones are stored."""
-    from app.admin import connect
     from app.imports import read_items
-    from app.settings import get_settings
 
     items, problems = read_items(path)
     report: list[dict[str, object]] = list(problems)
     created = exists = 0
     with (
-        connect(get_settings(), api) as admin,
+        _admin(api) as admin,
         typer.progressbar(length=len(items), label="importing") as bar,
     ):
         for start in range(0, len(items), batch):
@@ -286,10 +265,7 @@ def match_topic(
     as_json: JsonOption = False,
 ) -> None:
     """Which subscriptions match TOPIC."""
-    from app.admin import connect
-    from app.settings import get_settings
-
-    with connect(get_settings(), api) as admin:
+    with _admin(api) as admin:
         result = admin.match(topic, dialect, tenant)
     ids, names = result["subscriptions"], ", ".join(result["subscribers"])
     human = f"{len(ids)} subscriptions: {ids}\nsubscribers: {names}"
@@ -304,17 +280,21 @@ def export(
     as_json: JsonOption = False,
 ) -> None:
     """Write the subscriptions to a Parquet file (the input of `topicstore route`)."""
-    from app.admin import connect
-    from app.settings import get_settings
-
-    with connect(get_settings(), api) as admin:
+    with _admin(api) as admin:
         rows = admin.export(path, tenant)
     _emit({"path": str(path), "rows": rows}, as_json, f"wrote {rows} subscriptions to {path}")
 
 
-# The Spark job and the analytics live in pipeline/; they are commands of this one CLI.
-app.command()(route)
-app.command()(analytics)
+def _register_pipeline_commands() -> None:
+    """The Spark job and the analytics live in pipeline/; they are commands of this one CLI
+    (``pipeline.cli`` loads neither Spark nor DuckDB until one runs)."""
+    from pipeline.cli import analytics, route
+
+    app.command()(route)
+    app.command()(analytics)
+
+
+_register_pipeline_commands()
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ into a 4xx naming the rule, and the service keeps serving.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,11 +14,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.refusals import ServiceError
 from app.schemas import ErrorOut
 from matcher import CapacityError, MatcherError, SubscriptionConflictError
 from store import DatabaseLockedError, StoreError
-
-log = logging.getLogger(__name__)
 
 _MEANINGS = {
     400: "Invalid input: the code names the broken rule (URL, body, topic or pattern).",
@@ -35,17 +33,6 @@ _MEANINGS = {
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for the refusals a route can give, all in the one envelope."""
     return {status: {"model": ErrorOut, "description": _MEANINGS[status]} for status in statuses}
-
-
-class ApiError(Exception):
-    """A refusal raised by the app itself (auth, not found, limits)."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = extra
 
 
 def envelope(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -66,8 +53,8 @@ def _status_for(error: MatcherError | StoreError) -> int:
 
 
 def install(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api(_: Request, e: ApiError) -> JSONResponse:
+    @app.exception_handler(ServiceError)
+    async def _refusal(_: Request, e: ServiceError) -> JSONResponse:
         return envelope(e.status, e.code, e.message, **e.extra)
 
     @app.exception_handler(MatcherError)

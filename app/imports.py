@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,17 @@ Problem = dict[str, object]
 
 
 def read_items(path: Path) -> tuple[list[tuple[int, Item]], list[Problem]]:
-    """(line number, item) for every readable line, and a problem for every other line."""
-    text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    if path.suffix.lower() in {".jsonl", ".ndjson", ".json"}:
-        return _json_lines(text)
-    return _csv(text)
+    """(line number, item) for every readable record, and a problem for every other one.
+
+    A CSV record's number is the physical line it starts on (a quoted field may span lines).
+    A leading byte-order mark is skipped; bytes that are not UTF-8 are kept (escaped) so the
+    validation reports them as ``invalid_utf8`` on their line instead of failing the file.
+    """
+    # newline="": the csv module handles line ends itself, inside quoted fields too.
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as file:
+        if path.suffix.lower() in {".jsonl", ".ndjson", ".json"}:
+            return _json_lines(file.read())
+        return _csv(file)
 
 
 def _json_lines(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
@@ -51,24 +58,30 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
-def _csv(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
+def _csv(file: Iterable[str]) -> tuple[list[tuple[int, Item]], list[Problem]]:
     items: list[tuple[int, Item]] = []
     problems: list[Problem] = []
     fields = ("subscriber", "pattern", "dialect", "tenant")
-    for number, row in enumerate(csv.reader(text.splitlines()), start=1):
-        if not row or (
-            number == 1 and [c.strip().lower() for c in row[:2]] == ["subscriber", "pattern"]
-        ):
-            continue
-        if not 2 <= len(row) <= 4:
-            problems.append(
-                {
-                    "line": number,
-                    "code": "bad_columns",
-                    "message": "expected subscriber,pattern[,dialect,tenant]",
-                }
-            )
-            continue
-        item: Item = dict(zip(fields, row, strict=False))
-        items.append((number, {k: v for k, v in item.items() if v != "" or k == "pattern"}))
+    reader = csv.reader(file, strict=True)
+    start = 1  # the physical line the next record starts on
+    try:
+        for row in reader:
+            number, start = start, reader.line_num + 1
+            if not row or (
+                number == 1 and [c.strip().lower() for c in row[:2]] == ["subscriber", "pattern"]
+            ):
+                continue
+            if not 2 <= len(row) <= 4:
+                problems.append(
+                    {
+                        "line": number,
+                        "code": "bad_columns",
+                        "message": "expected subscriber,pattern[,dialect,tenant]",
+                    }
+                )
+                continue
+            item: Item = dict(zip(fields, row, strict=False))
+            items.append((number, {k: v for k, v in item.items() if v != "" or k == "pattern"}))
+    except csv.Error as e:  # e.g. a quote left open until the end of the file
+        problems.append({"line": start, "code": "invalid_csv", "message": str(e)})
     return items, problems

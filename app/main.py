@@ -3,54 +3,17 @@ the services' lifecycle)."""
 
 from __future__ import annotations
 
-import logging
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from app import errors
+from app.auth import secure
 from app.middleware import EdgeChecks, Metrics
 from app.routers import analytics, match, ops, subscriptions
 from app.services import Services
 from app.settings import Settings
-
-log = logging.getLogger(__name__)
-
-
-class ConfigurationError(Exception):
-    """The service must not start as configured."""
-
-
-def secure(settings: Settings) -> Settings:
-    """Refuse to run without an admin token, unless in development mode, where one is made
-    (and announced loudly) for this run."""
-    if settings.admin_token:
-        return settings
-    if not settings.dev:
-        raise ConfigurationError(
-            "TOPICSTORE_ADMIN_TOKEN is not set. Set it (16+ characters), or start in "
-            "development mode with TOPICSTORE_DEV=true (never in production)."
-        )
-    token = dev_token(settings)
-    if token is None:
-        token = secrets.token_urlsafe(24)
-        path = settings.dev_token_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(token + "\n", encoding="utf-8")
-    log.warning("DEVELOPMENT MODE: no admin token configured; using %s", settings.dev_token_file)
-    return settings.model_copy(update={"admin_token": token})
-
-
-def dev_token(settings: Settings) -> str | None:
-    """The token development mode made earlier (kept so restarts and the CLI reuse it)."""
-    try:
-        token = settings.dev_token_file.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return token if len(token) >= 16 else None
 
 
 def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI:

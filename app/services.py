@@ -1,20 +1,19 @@
 """What a running service holds: settings, the store and the loader, started and stopped
-together. Routes reach them through ``ServicesDep``."""
+together. Routes reach them through ``app.dependencies.ServicesDep``."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Annotated
 
-from fastapi import Depends, Request
 from prometheus_client import CollectorRegistry
 
-from app.errors import ApiError
+from app.operations import AdminOperations
+from app.refusals import NotReadyError
 from app.settings import Settings
 from loader import Loader, RoutingTable
-from matcher import Limits
+from migrations.runner import upgrade
 from store import Database
 
 log = logging.getLogger(__name__)
@@ -25,25 +24,23 @@ class Services:
     settings: Settings
     db: Database
     loader: Loader
+    admin: AdminOperations
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
 
     @classmethod
     def open(cls, settings: Settings) -> Services:
         db = Database(settings.database_url)
-        db.migrate()
-        limits = Limits(
-            max_topic_bytes=settings.max_topic_bytes, max_pattern_bytes=settings.max_topic_bytes
-        )
+        upgrade(db.url)
         loader = Loader(
             db,
             settings.engines,
-            limits=limits,
+            limits=settings.limits(),
             cache_size=settings.cache_size,
             poll_interval=settings.poll_interval,
             reconcile_interval=settings.reconcile_interval,
         )
-        return cls(settings, db, loader)
+        return cls(settings, db, loader, AdminOperations(db, settings))
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at
@@ -67,13 +64,5 @@ class Services:
     def table(self) -> RoutingTable:
         """The routing table, or 503 while it is being built."""
         if not self.loader.ready.is_set():
-            raise ApiError(503, "not_ready", "the routing table is still being built")
+            raise NotReadyError("the routing table is still being built")
         return self.loader.table
-
-
-async def get_services(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return services
-
-
-ServicesDep = Annotated[Services, Depends(get_services)]

@@ -10,6 +10,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loader import DEFAULT_ENGINES
+from matcher import Limits
 from store import DEFAULT_DATABASE_URL
 
 
@@ -61,6 +62,11 @@ class Settings(BaseSettings):
     max_batch: int = Field(10_000, ge=1, description="Most topics or items in one batch.")
     tenant_quota: int = Field(1_000_000, ge=1, description="Most subscriptions per tenant.")
     max_topic_bytes: int = Field(255, ge=1, description="Topic and pattern limit (bytes).")
+
+    def limits(self) -> Limits:
+        """The matchers' input bounds, as configured: the one place settings become
+        ``Limits`` (the API, the loader and the command line's direct mode all use it)."""
+        return Limits(max_topic_bytes=self.max_topic_bytes, max_pattern_bytes=self.max_topic_bytes)
 
 
 @lru_cache

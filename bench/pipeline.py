@@ -30,7 +30,7 @@ from bench.report import Column, Table
 from bench.workloads import DEFAULT_SEED, Workload, seed_workload
 from pipeline.job import RouteJob, RunSummary, run
 from pipeline.session import spark_session
-from store.export import SCHEMA as EXPORT_SCHEMA
+from store.arrow import SCHEMA as EXPORT_SCHEMA
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from migrations.runner import upgrade
 from store import Database
 
 #: Where benchmarks create their scratch database (the local server, trust auth).
@@ -38,7 +39,7 @@ def scratch_postgres(admin_url: str = DEFAULT_ADMIN_URL) -> Iterator[Database]:
     url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     db = Database(url)
     try:
-        db.migrate()
+        upgrade(db.url)
         yield db
     finally:
         db.dispose()

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from loader.loader import Loader
-from loader.routing import DEFAULT_ENGINES, Entry, RoutingTable, Snapshot
+from loader.table import DEFAULT_ENGINES, Entry, RoutingTable, Snapshot
 
 __all__ = ["DEFAULT_ENGINES", "Entry", "Loader", "RoutingTable", "Snapshot"]

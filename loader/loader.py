@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from loader.routing import DEFAULT_ENGINES, RoutingTable
+from loader.table import DEFAULT_ENGINES, RoutingTable
 from matcher import Limits
 from store.db import CHANGES_CHANNEL, Database
 from store.repository import SubscriptionRepository

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from matcher.base import EMPTY, SUB_ID_LIMIT, Matcher, MatchResult
+from matcher.base import EMPTY, SUB_ID_LIMIT, Matcher, MatchResult, check_sub_id
 from matcher.errors import (
     CapacityError,
     InvalidPatternError,
@@ -17,7 +17,7 @@ from matcher.errors import (
     MatcherError,
     SubscriptionConflictError,
 )
-from matcher.grammar import DIALECTS, Dialect, get_dialect
+from matcher.grammar import DIALECTS, Dialect, checked_text, get_dialect
 from matcher.headers import HeaderLimits, HeadersMatcher, InvalidHeadersError
 from matcher.limits import DEFAULT_LIMITS, Limits
 from matcher.registry import ENGINES, create_matcher
@@ -41,6 +41,8 @@ __all__ = [
     "Matcher",
     "MatcherError",
     "SubscriptionConflictError",
+    "check_sub_id",
+    "checked_text",
     "create_matcher",
     "get_dialect",
 ]

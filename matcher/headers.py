@@ -168,9 +168,6 @@ class HeadersMatcher:
                 found.add(sub_id)
         return FrozenBitMap(found)
 
-    def criteria_of(self, sub_id: int) -> tuple[frozenset[Criterion], Mode] | None:
-        return self._subs.get(sub_id)
-
     def __len__(self) -> int:
         return len(self._subs)
 

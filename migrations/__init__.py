@@ -1,2 +1,2 @@
 """The alembic history: one for PostgreSQL and DuckDB, written by hand (DuckDB reflection is
-too thin for autogenerate). ``store.migrate`` runs it; ``alembic.ini`` serves the CLI."""
+too thin for autogenerate). ``migrations.runner`` runs it; ``alembic.ini`` serves the CLI."""

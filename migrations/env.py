@@ -1,4 +1,4 @@
-"""Alembic environment: runs against the URL the caller configured (``store.migrate``) or
+"""Alembic environment: runs against the URL the caller configured (``migrations.runner``) or
 ``TOPICSTORE_DATABASE_URL`` when started from the alembic CLI."""
 
 from __future__ import annotations

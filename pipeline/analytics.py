@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-import duckdb
+if TYPE_CHECKING:  # DuckDB loads when a query runs, not when the CLI builds its help
+    import duckdb
 
 from pipeline.errors import UnknownQueryError
 
@@ -128,6 +129,8 @@ def open_tables(
         raise UnknownQueryError(
             "no_deliveries", f"{deliveries} is neither a route output nor its deliveries/"
         )
+    import duckdb
+
     conn = duckdb.connect(":memory:")
     try:
         conn.execute("SET TimeZone = 'UTC'")
@@ -267,7 +270,7 @@ def never_matched(
     )
 
 
-Query: TypeAlias = Callable[[duckdb.DuckDBPyConnection, int | None, str], QueryResult]
+Query: TypeAlias = Callable[["duckdb.DuckDBPyConnection", int | None, str], QueryResult]
 
 #: Every query by the name the command line and the API use. A limit of None means the
 #: query's own default: the top ``DEFAULT_LIMIT`` rows of a ranking, every row otherwise.

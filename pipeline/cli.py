@@ -19,9 +19,8 @@ import typer
 
 from matcher import ENGINES
 from pipeline.analytics import BUCKETS, QUERIES, QueryResult, run_query
+from pipeline.codes import DEFAULT_ENGINE
 from pipeline.errors import PipelineError
-from pipeline.subscriptions import DEFAULT_ENGINE
-from store import DEFAULT_DATABASE_URL, StoreError
 
 app = typer.Typer(
     help="Route message tables with Spark and query the results with DuckDB.",
@@ -61,19 +60,21 @@ def route(
         typer.Option("--engine", help=f"Matching engine on the executors: {', '.join(ENGINES)}."),
     ] = DEFAULT_ENGINE,
     database_url: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--database-url",
             envvar="TOPICSTORE_DATABASE_URL",
-            help="Store to read subscriptions from when --subscriptions is not given.",
+            help="Store to read subscriptions from when --subscriptions is not given "
+            "(default: the embedded DuckDB file).",
         ),
-    ] = DEFAULT_DATABASE_URL,
+    ] = None,
 ) -> None:
     """Route every message to the subscriptions whose pattern matches it (Spark)."""
     from pyspark.sql import SparkSession  # Spark loads only for this command
 
     from pipeline.job import RouteJob, run
     from pipeline.session import spark_session
+    from store import DEFAULT_DATABASE_URL, StoreError
 
     if engine not in ENGINES:
         raise typer.BadParameter(
@@ -88,7 +89,7 @@ def route(
                 messages=messages,
                 out=out,
                 subscriptions=subscriptions,
-                database_url=database_url,
+                database_url=database_url or DEFAULT_DATABASE_URL,
                 engine=engine,
             ),
         )

@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pipeline.errors import InputSchemaError
 from pipeline.schema import CORRUPT_COLUMN, JSON_MESSAGES, REJECT_SCHEMA, SUBSCRIPTIONS_SOURCE
 from pipeline.subscriptions import REQUIRED_COLUMNS, SubscriptionReject
-from store import Database, SubscriptionRepository
+from store import Database
+from store.arrow import subscriptions_table
 
 JSON_SUFFIXES: Final = (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz")
 #: What a job writes under its output directory (and nothing else).
@@ -63,34 +64,14 @@ def read_subscriptions(spark: SparkSession, path: str) -> pa.Table:
     return table
 
 
-def store_subscriptions(database_url: str, batch_size: int = 10_000) -> pa.Table:
-    """Every subscription in the store at ``database_url``, read in one snapshot."""
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in ("id", "tenant", "subscriber", "pattern", "dialect", "kind", "criteria", "mode")
-    }
+def store_subscriptions(database_url: str) -> pa.Table:
+    """Every subscription in the store at ``database_url``, read in one snapshot (the
+    ``topicstore export`` layout)."""
     db = Database(database_url)
     try:
-        with db.read() as session:
-            for row in SubscriptionRepository(session).stream_all(batch_size):
-                columns["id"].append(row.subscription_id)
-                columns["tenant"].append(row.tenant)
-                columns["subscriber"].append(row.subscriber)
-                columns["pattern"].append(row.pattern)
-                columns["dialect"].append(row.dialect)
-                columns["kind"].append(row.kind)
-                columns["criteria"].append(
-                    None if row.criteria is None else json.dumps([list(c) for c in row.criteria])
-                )
-                columns["mode"].append(row.mode)
+        return subscriptions_table(db)
     finally:
         db.dispose()
-    return pa.table(
-        {
-            name: pa.array(values, pa.int64() if name == "id" else pa.string())
-            for name, values in columns.items()
-        }
-    )
 
 
 def _check_subscription_columns(table: pa.Table, source: str) -> None:

@@ -1,7 +1,7 @@
 """The routing job: read messages and subscriptions, route, write the tables and a summary.
 
 I/O happens here and in ``pipeline.io`` only; everything between is the pure
-transformations of ``pipeline.routing``. The matcher runs once per message: the routed rows
+transformations of ``pipeline.transforms``. The matcher runs once per message: the routed rows
 are persisted and the three tables (deliveries, unmatched, rejects) are split off them.
 
 Output under ``out``::
@@ -47,16 +47,11 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from matcher import HeaderLimits, Limits
-from pipeline import io, routing
+from pipeline import io, transforms
+from pipeline.codes import DEFAULT_ENGINE, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
 from pipeline.errors import PipelineError
-from pipeline.schema import DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
 from pipeline.session import JOB_SQL_CONF
-from pipeline.subscriptions import (
-    DEFAULT_ENGINE,
-    SubscriptionPlan,
-    SubscriptionReject,
-    build_plan,
-)
+from pipeline.subscriptions import SubscriptionPlan, SubscriptionReject, build_plan
 
 log = logging.getLogger(__name__)
 
@@ -171,24 +166,26 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
 
     plan, sub_rejects, source = _plan(spark, job)
     broadcast = spark.sparkContext.broadcast(plan)
-    messages = routing.normalize_messages(io.read_messages(spark, job.messages))
-    routed = routing.route(_spread(messages, _parallelism(spark)), broadcast, job.max_output_rows)
+    messages = transforms.normalize_messages(io.read_messages(spark, job.messages))
+    routed = transforms.route(
+        _spread(messages, _parallelism(spark)), broadcast, job.max_output_rows
+    )
     # Route once; the tables and the counts are all read from the cached rows.
     routed = routed.persist(StorageLevel.MEMORY_AND_DISK)
     stages.done("plan")
     try:
-        io.write_table(routing.deliveries(routed), out / io.DELIVERIES, "date")
+        io.write_table(transforms.deliveries(routed), out / io.DELIVERIES, "date")
         stages.done("route_and_deliveries")
-        io.write_table(routing.unmatched(routed), out / io.UNMATCHED, "date")
+        io.write_table(transforms.unmatched(routed), out / io.UNMATCHED, "date")
         stages.done("unmatched")
-        rejects = routing.message_rejects(routed)
+        rejects = transforms.message_rejects(routed)
         if sub_rejects:
             rejects = rejects.unionByName(io.subscription_rejects(spark, sub_rejects))
         io.write_table(rejects, out / io.REJECTS, "source")
         stages.done("rejects")
         counts = [
             (row["output"], row["reason"], row["rows"], row["messages"])
-            for row in routing.routed_counts(routed).collect()
+            for row in transforms.routed_counts(routed).collect()
         ]
         stages.done("counts")
     finally:

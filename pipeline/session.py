@@ -17,7 +17,7 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-from pipeline.schema import ARROW_BATCH_ROWS
+from pipeline.codes import ARROW_BATCH_ROWS
 
 DEFAULT_MASTER: Final = "local[*]"
 #: Fits a 2-core, 24 GiB box with room for the Python workers and the OS page cache (which

@@ -1,5 +1,5 @@
 """The subscription set a routing job broadcasts: validated on the driver, built into
-engines on the executors (``pipeline.router``).
+engines on the executors (``pipeline.executor``).
 
 Rows are checked with the store's own rules (``store.validate``), so the job accepts exactly
 what the store would; a row that breaks one is set aside with its reason code, never fatal.
@@ -18,15 +18,10 @@ from typing import Any, Final, Literal, TypeAlias
 
 import pyarrow as pa
 
-from matcher import HeaderLimits, Limits, MatcherError
-from matcher.base import check_sub_id
-from pipeline.schema import DUPLICATE_ID, MISSING_FIELD
+from matcher import HeaderLimits, Limits, MatcherError, check_sub_id
+from pipeline.codes import DEFAULT_ENGINE, DUPLICATE_ID, MISSING_FIELD
 from store import DEFAULT_TENANT, HEADERS_DIALECT, NewSubscription, StoreError, validate
 
-#: The engine every executor builds. ``dfa`` matched 2-3x faster than ``trie`` on the
-#: benchmark workload once warm (one dictionary step per word) and builds 10,000 patterns in
-#: ~60 ms; its state and transition tables are bounded by ``Limits`` (see bench/pipeline.py).
-DEFAULT_ENGINE: Final = "dfa"
 #: Columns a subscriptions table must have; ``tenant``, ``dialect``, ``kind``, ``criteria``
 #: and ``mode`` are optional (the ``topicstore export`` layout has them all).
 REQUIRED_COLUMNS: Final = ("id", "subscriber", "pattern")

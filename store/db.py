@@ -9,7 +9,6 @@ on DuckDB with a lock in the one process that owns the file.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from enum import StrEnum
@@ -17,13 +16,10 @@ from pathlib import Path
 from typing import Final
 
 import sqlalchemy as sa
-from alembic.config import Config
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from store.errors import DatabaseLockedError, UnsupportedDatabaseError
-
-log = logging.getLogger(__name__)
 
 #: The embedded default store: one DuckDB file, no server to run.
 DEFAULT_DATABASE_URL: Final = "duckdb:///./data/topicstore.duckdb"
@@ -110,27 +106,5 @@ class Database:
         with self.sessions() as session:
             yield session
 
-    def migrate(self, revision: str = "head") -> None:
-        """Run the alembic history up to ``revision`` (idempotent)."""
-        from alembic import command
-
-        command.upgrade(alembic_config(self.url), revision)
-
-    def downgrade(self, revision: str = "base") -> None:
-        from alembic import command
-
-        command.downgrade(alembic_config(self.url), revision)
-
     def dispose(self) -> None:
         self.engine.dispose()
-
-
-def alembic_config(url: str) -> Config:
-    """Alembic configuration for ``url``, pointing at the packaged history."""
-    import migrations
-
-    config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    # '%' is alembic's interpolation character; escape it in passwords.
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return config

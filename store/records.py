@@ -12,8 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias
 
-from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, get_dialect
-from matcher.grammar import checked_text
+from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, checked_text, get_dialect
 from store.errors import InvalidSubscriptionError
 
 Kind: TypeAlias = Literal["topic", "headers"]

@@ -8,7 +8,6 @@ row in the same transaction and, on PostgreSQL, rings the ``topicstore_changes``
 
 from __future__ import annotations
 
-import builtins
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
@@ -22,47 +21,39 @@ from store.db import CHANGES_CHANNEL
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
 
-#: Columns copied from a subscription into its change_log rows.
-_CHANGE_COLUMNS: Final = (
-    "tenant",
-    "subscriber",
-    "pattern",
-    "dialect",
-    "kind",
-    "criteria",
-    "mode",
+_SUBSCRIPTION: Final = Subscription.__table__
+#: Columns a new subscription sets (the others, id and created_at, the database fills).
+_NEW_COLUMNS: Final = tuple(
+    c.name for c in _SUBSCRIPTION.columns if c.name in NewSubscription.__dataclass_fields__
 )
-_NEW_COLUMNS: Final = (*_CHANGE_COLUMNS, "labels")
-_STAGING: Final = ("ord", *_NEW_COLUMNS)
+#: Columns copied from a subscription into its change_log rows.
+_CHANGE_COLUMNS: Final = tuple(name for name in _NEW_COLUMNS if name in ChangeLog.__table__.columns)
+_JSON_COLUMNS: Final = frozenset(
+    c.name for c in _SUBSCRIPTION.columns if isinstance(c.type, sa.JSON)
+)
+_STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__)
 MAX_PAGE: Final = 1_000
 
 
 def _stored(row: Subscription) -> StoredSubscription:
-    return StoredSubscription(
-        id=row.id,
-        tenant=row.tenant,
-        subscriber=row.subscriber,
-        pattern=row.pattern,
-        dialect=row.dialect,
-        kind=row.kind,  # type: ignore[arg-type]
-        criteria=criteria_tuple(row.criteria),
-        mode=row.mode,  # type: ignore[arg-type]
-        labels=row.labels,
-        created_at=row.created_at,
-    )
+    values = {name: getattr(row, name) for name in _STORED_FIELDS}
+    values["criteria"] = criteria_tuple(row.criteria)
+    return StoredSubscription(**values)
 
 
 def _values(new: NewSubscription) -> dict[str, Any]:
-    return {
-        "tenant": new.tenant,
-        "subscriber": new.subscriber,
-        "pattern": new.pattern,
-        "dialect": new.dialect,
-        "kind": new.kind,
-        "criteria": None if new.criteria is None else [list(c) for c in new.criteria],
-        "mode": new.mode,
-        "labels": new.labels,
-    }
+    """Column values of ``new``; criteria pairs as JSON lists."""
+    values = {name: getattr(new, name) for name in _NEW_COLUMNS}
+    if new.criteria is not None:
+        values["criteria"] = [list(c) for c in new.criteria]
+    return values
+
+
+def _change(seq: int, op: str, sub_id: int, row: Any) -> Change:
+    """A ``Change`` from a row holding the ``_CHANGE_COLUMNS`` (by attribute)."""
+    values = {name: getattr(row, name) for name in _CHANGE_COLUMNS}
+    values["criteria"] = criteria_tuple(values["criteria"])
+    return Change(seq=seq, op=op, subscription_id=sub_id, **values)  # type: ignore[arg-type]
 
 
 class SubscriptionRepository:
@@ -137,13 +128,13 @@ class SubscriptionRepository:
             where.append(Subscription.tenant == tenant)
         return bool(self._remove_where(*where))
 
-    def remove_subscriber(self, tenant: str, subscriber: str) -> builtins.list[int]:
+    def remove_subscriber(self, tenant: str, subscriber: str) -> list[int]:
         """Delete every subscription of ``subscriber``; returns their ids."""
         return self._remove_where(
             Subscription.tenant == tenant, Subscription.subscriber == subscriber
         )
 
-    def _remove_where(self, *where: sa.ColumnElement[bool]) -> builtins.list[int]:
+    def _remove_where(self, *where: sa.ColumnElement[bool]) -> list[int]:
         self._log("remove", sa.select(Subscription).where(*where))
         deleted = self.session.execute(
             sa.delete(Subscription).where(*where).returning(Subscription.id)
@@ -176,40 +167,37 @@ class SubscriptionRepository:
             )
 
     def _stage(self, items: Sequence[NewSubscription]) -> None:
+        """Rows of ``items`` into a temporary ``staging`` table with the subscription
+        columns' own types (plus ``ord``, the item's position)."""
         session = self.session
-        session.execute(
-            sa.text(
-                "CREATE TEMPORARY TABLE staging (ord BIGINT, tenant VARCHAR, subscriber VARCHAR,"
-                " pattern VARCHAR, dialect VARCHAR, kind VARCHAR, criteria JSON, mode VARCHAR,"
-                " labels JSON)"
-            )
+        dialect = session.get_bind().dialect
+        columns = ", ".join(
+            f"{name} {_SUBSCRIPTION.c[name].type.compile(dialect=dialect)}" for name in _NEW_COLUMNS
         )
+        session.execute(sa.text(f"CREATE TEMPORARY TABLE staging (ord BIGINT, {columns})"))
         rows = [
             (
                 i,
-                v["tenant"],
-                v["subscriber"],
-                v["pattern"],
-                v["dialect"],
-                v["kind"],
-                None if v["criteria"] is None else json.dumps(v["criteria"]),
-                v["mode"],
-                None if v["labels"] is None else json.dumps(v["labels"]),
+                *(
+                    json.dumps(v[name])
+                    if name in _JSON_COLUMNS and v[name] is not None
+                    else v[name]
+                    for name in _NEW_COLUMNS
+                ),
             )
             for i, v in enumerate(map(_values, items))
         ]
+        raw = session.connection().connection.driver_connection
+        assert raw is not None
         if self._postgres:
-            raw = session.connection().connection.driver_connection
-            assert raw is not None
             with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
         else:
             # DuckDB reads an Arrow table in one vectorized insert (executemany is per row).
-            raw = session.connection().connection.driver_connection
-            assert raw is not None
-            columns = list(zip(*rows, strict=True))
-            raw.register("staging_rows", pa.table(dict(zip(_STAGING, columns, strict=True))))
+            names = ("ord", *_NEW_COLUMNS)
+            arrays = dict(zip(names, zip(*rows, strict=True), strict=True))
+            raw.register("staging_rows", pa.table(arrays))
             try:
                 raw.execute("INSERT INTO staging SELECT * FROM staging_rows")
             finally:
@@ -223,7 +211,7 @@ class SubscriptionRepository:
             return None
         return _stored(row)
 
-    def list(
+    def page(
         self,
         *,
         tenant: str | None = None,
@@ -232,7 +220,7 @@ class SubscriptionRepository:
         dialect: str | None = None,
         after_id: int | None = None,
         limit: int = 100,
-    ) -> builtins.list[StoredSubscription]:
+    ) -> list[StoredSubscription]:
         """A page of subscriptions in id order, starting after ``after_id`` (keyset
         pagination: stable under concurrent writes, O(page) at any depth)."""
         query = sa.select(Subscription).order_by(Subscription.id).limit(min(limit, MAX_PAGE))
@@ -282,26 +270,12 @@ class SubscriptionRepository:
                 mode,
             )
 
-    def changes_since(self, seq: int, limit: int = 10_000) -> builtins.list[Change]:
+    def changes_since(self, seq: int, limit: int = 10_000) -> list[Change]:
         """Changes with a sequence number above ``seq``, oldest first."""
         rows = self.session.scalars(
             sa.select(ChangeLog).where(ChangeLog.seq > seq).order_by(ChangeLog.seq).limit(limit)
         )
-        return [
-            Change(
-                row.seq,
-                row.op,  # type: ignore[arg-type]
-                row.subscription_id,
-                row.tenant,
-                row.subscriber,
-                row.pattern,
-                row.dialect,
-                row.kind,  # type: ignore[arg-type]
-                criteria_tuple(row.criteria),
-                row.mode,  # type: ignore[arg-type]
-            )
-            for row in rows
-        ]
+        return [_change(row.seq, row.op, row.subscription_id, row) for row in rows]
 
     def last_seq(self) -> int:
         """The newest change's sequence number (0 when there is none)."""

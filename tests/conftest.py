@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from migrations.runner import upgrade
 from store import Database
 from tests.services import fresh_postgres_database
 
@@ -17,7 +18,7 @@ def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, migrated to head."""
     with fresh_postgres_database() as url:
         db = Database(url)
-        db.migrate()
+        upgrade(db.url)
         db.dispose()
         yield url
 
@@ -42,6 +43,6 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
         url = f"duckdb:///{tmp_path / 'store.duckdb'}"
     db = Database(url)
     if request.param == "duckdb":
-        db.migrate()
+        upgrade(db.url)
     yield db
     db.dispose()

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel
 
-from app.auth import AdminCaller
-from app.errors import ApiError, documented
-from app.services import ServicesDep
+from app.dependencies import AdminCaller, ServicesDep
+from app.errors import documented
+from app.refusals import NotConfiguredError, NotFoundError, OperatorOnlyError, ServiceError
 from pipeline.analytics import BUCKETS, QUERIES, run_query
 from pipeline.errors import PipelineError
 
@@ -40,20 +40,21 @@ def analytics(
     """Deliveries per subscriber or tenant, fan-out, hot topics, the unmatched rate over
     time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a route output)."""
     if caller.tenant is not None:
-        raise ApiError(403, "operator_only", "analytics span every tenant: use the admin token")
+        raise OperatorOnlyError("analytics span every tenant: use the admin token")
     root = services.settings.analytics_dir
     if root is None:
-        raise ApiError(404, "analytics_not_configured", "set TOPICSTORE_ANALYTICS_DIR")
+        raise NotConfiguredError("set TOPICSTORE_ANALYTICS_DIR", code="analytics_not_configured")
     if query not in QUERIES:
-        raise ApiError(
-            400, "unknown_query", f"unknown query {query!r}; known: {', '.join(QUERIES)}"
+        raise ServiceError(
+            f"unknown query {query!r}; known: {', '.join(QUERIES)}", code="unknown_query"
         )
     assert bucket in BUCKETS
     subscriptions = services.settings.analytics_subscriptions
     try:
         result = run_query(query, root, subscriptions=subscriptions, limit=limit, bucket=bucket)
     except PipelineError as e:
-        status = 404 if e.code in ("no_deliveries", "needs_subscriptions") else 400
-        raise ApiError(status, e.code, e.message) from e
+        if e.code in ("no_deliveries", "needs_subscriptions"):
+            raise NotFoundError(e.message, code=e.code) from e
+        raise ServiceError(e.message, code=e.code) from e
     body = {"query": query, "columns": list(result.columns), "rows": result.records()}
     return Response(orjson.dumps(body), media_type="application/json")

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Query, Response
 
-from app.auth import MatchCaller
-from app.errors import ApiError, documented
+from app.dependencies import MatchCaller, ServicesDep
+from app.errors import documented
+from app.refusals import BatchTooLargeError
 from app.schemas import BatchIn, BatchOut, Dialect, HeadersMatchIn, MatchIn, MatchOut
-from app.services import ServicesDep
 from matcher import MatcherError
 
 router = APIRouter(prefix="/v1", tags=["match"], responses=documented(400, 401, 403, 422, 503))
@@ -49,7 +49,7 @@ async def match_batch(body: BatchIn, caller: MatchCaller, services: ServicesDep)
     matches (nothing is dropped)."""
     max_batch = services.settings.max_batch
     if len(body.topics) > max_batch:
-        raise ApiError(413, "batch_too_large", f"a batch holds at most {max_batch} topics")
+        raise BatchTooLargeError(f"a batch holds at most {max_batch} topics")
     table = services.table()
     tenant = caller.tenant_for(body.tenant)
     dialect = body.dialect

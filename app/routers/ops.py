@@ -11,10 +11,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.auth import AdminCaller
+from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.schemas import Health, Readiness, SnapshotOut
-from app.services import Services, ServicesDep
+from app.services import Services
 
 router = APIRouter(tags=["operations"])
 

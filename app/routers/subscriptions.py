@@ -1,5 +1,5 @@
-"""Admin API: subscriptions of the caller's tenant. Writes commit to the store first; the
-loader applies them to the matchers right after the commit, before the response leaves."""
+"""Admin API: subscriptions of the caller's tenant. Every route is a thin HTTP shell over
+``app.operations.AdminOperations`` (the one implementation the command line uses too)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,9 @@ from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
 from starlette.convertors import Convertor, register_url_convertor
 
-from app.auth import AdminCaller
-from app.errors import ApiError, documented
-from app.schemas import (
-    BulkIn,
-    BulkItem,
-    BulkOut,
-    Counts,
-    Deleted,
-    ErrorBody,
-    Page,
-    SubscriptionIn,
-    SubscriptionOut,
-)
-from app.services import Services, ServicesDep
-from matcher import Limits, MatcherError
-from store import NewSubscription, StoreError, SubscriptionRepository, validate
-from store.export import export_parquet
+from app.dependencies import AdminCaller, ServicesDep
+from app.errors import documented
+from app.schemas import BulkIn, BulkOut, Counts, Deleted, Page, SubscriptionIn, SubscriptionOut
 
 router = APIRouter(prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422))
 
@@ -50,36 +36,6 @@ class _NameConvertor(Convertor[str]):
 register_url_convertor("name", _NameConvertor())
 
 
-def _new(item: SubscriptionIn, tenant: str, services: Services) -> NewSubscription:
-    settings = services.settings
-    limits = Limits(
-        max_topic_bytes=settings.max_topic_bytes, max_pattern_bytes=settings.max_topic_bytes
-    )
-    return validate(
-        NewSubscription(
-            subscriber=item.subscriber,
-            pattern=item.pattern,
-            tenant=tenant,
-            dialect=item.dialect,
-            kind=item.kind,
-            criteria=None if item.criteria is None else tuple(item.criteria.items()),
-            mode=item.mode,
-            labels=item.labels,
-        ),
-        limits,
-    )
-
-
-def _check_quota(repo: SubscriptionRepository, tenant: str, adding: int, quota: int) -> None:
-    held = sum(repo.count(tenant).values())
-    if held + adding > quota:
-        raise ApiError(
-            403,
-            "quota_exceeded",
-            f"tenant {tenant!r} holds {held} subscriptions; its quota is {quota}",
-        )
-
-
 @router.post(
     "/subscriptions",
     status_code=201,
@@ -94,14 +50,10 @@ def create_subscription(
 ) -> SubscriptionOut:
     """Create a subscription. The same (tenant, subscriber, dialect, pattern) again returns
     the existing one with 200 instead of 201."""
-    new = _new(item, caller.tenant_for(item.tenant), services)
-    with services.db.write() as session:
-        repo = SubscriptionRepository(session)
-        _check_quota(repo, new.tenant, 1, services.settings.tenant_quota)
-        row, created = repo.add(new)
+    row, created = services.admin.create(item, caller)
     if not created:
         response.status_code = 200
-    return SubscriptionOut.of(row)
+    return row
 
 
 @router.post(
@@ -117,50 +69,15 @@ def create_subscriptions(
 ) -> BulkOut:
     """Create many subscriptions in one transaction; every item gets its own result. Valid
     items are stored even when others fail (status 207 then)."""
-    max_batch = services.settings.max_batch
-    if len(body.items) > max_batch:
-        raise ApiError(413, "batch_too_large", f"a batch holds at most {max_batch} items")
-    results: list[BulkItem] = []
-    valid: list[tuple[int, NewSubscription]] = []
-    for index, item in enumerate(body.items):
-        try:
-            valid.append((index, _new(item, caller.tenant_for(item.tenant), services)))
-        except (MatcherError, StoreError, ApiError) as e:
-            results.append(
-                BulkItem(
-                    index=index, status="error", error=ErrorBody(code=e.code, message=e.message)
-                )
-            )
-    if valid:
-        with services.db.write() as session:
-            repo = SubscriptionRepository(session)
-            for tenant in {new.tenant for _, new in valid}:
-                adding = sum(1 for _, new in valid if new.tenant == tenant)
-                _check_quota(repo, tenant, adding, services.settings.tenant_quota)
-            stored = repo.add_many([new for _, new in valid])
-        for (index, _), (sub_id, created) in zip(valid, stored, strict=True):
-            results.append(
-                BulkItem(index=index, status="created" if created else "exists", id=sub_id)
-            )
-    results.sort(key=lambda r: r.index)
-    failed = sum(r.status == "error" for r in results)
-    if failed:
+    result = services.admin.create_many(body.items, caller)
+    if result.failed:
         response.status_code = 207
-    return BulkOut(
-        created=sum(r.status == "created" for r in results),
-        exists=sum(r.status == "exists" for r in results),
-        failed=failed,
-        results=results,
-    )
+    return result
 
 
 @router.get("/subscriptions/{sub_id}", response_model=SubscriptionOut, responses=documented(404))
 def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> SubscriptionOut:
-    with services.db.read() as session:
-        row = SubscriptionRepository(session).get(sub_id, tenant=caller.tenant)
-    if row is None:
-        raise ApiError(404, "not_found", f"no subscription {sub_id}")
-    return SubscriptionOut.of(row)
+    return services.admin.get(sub_id, caller)
 
 
 @router.get("/subscriptions", response_model=Page, responses=documented(403))
@@ -175,17 +92,15 @@ def list_subscriptions(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Page:
     """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back)."""
-    with services.db.read() as session:
-        rows = SubscriptionRepository(session).list(
-            tenant=caller.tenant_for(tenant),
-            subscriber=subscriber,
-            pattern_prefix=pattern_prefix,
-            dialect=dialect,
-            after_id=after,
-            limit=limit,
-        )
-    next_after = rows[-1].id if len(rows) == limit else None
-    return Page(items=[SubscriptionOut.of(row) for row in rows], next_after=next_after)
+    return services.admin.page(
+        caller,
+        tenant=tenant,
+        subscriber=subscriber,
+        pattern_prefix=pattern_prefix,
+        dialect=dialect,
+        after=after,
+        limit=limit,
+    )
 
 
 @router.get("/subscriptions-count", response_model=Counts, responses=documented(403))
@@ -194,18 +109,12 @@ def count_subscriptions(
     services: ServicesDep,
     tenant: Annotated[str | None, Query(max_length=255)] = None,
 ) -> Counts:
-    tenant = caller.tenant_for(tenant)
-    with services.db.read() as session:
-        by_dialect = SubscriptionRepository(session).count(tenant)
-    return Counts(tenant=tenant, total=sum(by_dialect.values()), by_dialect=by_dialect)
+    return services.admin.count(caller, tenant)
 
 
 @router.delete("/subscriptions/{sub_id}", status_code=204, responses=documented(404))
 def delete_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> Response:
-    with services.db.write() as session:
-        removed = SubscriptionRepository(session).remove(sub_id, tenant=caller.tenant)
-    if not removed:
-        raise ApiError(404, "not_found", f"no subscription {sub_id}")
+    services.admin.remove(sub_id, caller)
     return Response(status_code=204)
 
 
@@ -221,11 +130,7 @@ def delete_subscriber(
     tenant: Annotated[str | None, Query(max_length=255)] = None,
 ) -> Deleted:
     """Delete every subscription of one subscriber."""
-    with services.db.write() as session:
-        ids = SubscriptionRepository(session).remove_subscriber(
-            caller.tenant_for(tenant), subscriber
-        )
-    return Deleted(deleted=ids)
+    return services.admin.remove_subscriber(subscriber, caller, tenant)
 
 
 @router.get(
@@ -241,7 +146,7 @@ def export_subscriptions(
     """The tenant's subscriptions as Parquet (what ``topicstore route`` reads)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "subscriptions.parquet"
-        rows = export_parquet(services.db, path, tenant=caller.tenant_for(tenant))
+        rows = services.admin.export(path, caller, tenant)
         body = path.read_bytes()
     return Response(
         body, media_type="application/vnd.apache.parquet", headers={"x-row-count": str(rows)}

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from migrations.runner import upgrade
 from store import Database, DatabaseLockedError, NewSubscription, SubscriptionRepository
 from tests.app.conftest import (
     A_HEADERS,
@@ -50,7 +51,7 @@ def test_startup_loads_the_store_then_is_ready_with_no_lag(
     serve: ServerFactory, store_url: str
 ) -> None:
     db = Database(store_url)
-    db.migrate()
+    upgrade(db.url)
     with db.write() as session:
         SubscriptionRepository(session).add_many(
             [NewSubscription(f"s{i}", f"boot.{i}.#", tenant="acme") for i in range(40)]

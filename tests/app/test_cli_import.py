@@ -30,7 +30,7 @@ def _stored(store_url: str) -> list[str]:
     db = Database(store_url)
     try:
         with db.read() as session:
-            return [row.pattern for row in SubscriptionRepository(session).list()]
+            return [row.pattern for row in SubscriptionRepository(session).page()]
     finally:
         db.dispose()
 

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from loader import Loader
+from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository, validate
 from tests.services import postgres_dsn
 
@@ -226,7 +227,7 @@ def test_restart_while_writes_are_in_flight(
 def test_acknowledged_writes_survive_a_restart(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'restart.duckdb'}"
     db = Database(url)
-    db.migrate()
+    upgrade(db.url)
     ids = _add(db, *(Sub("q", f"t.{i}.#") for i in range(50)))
     db.dispose()  # the process goes away
     reopened = Database(url)

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from migrations.runner import upgrade
 from pipeline.errors import PipelineError
 from pipeline.job import RouteJob, run
 from store import Database, NewSubscription, SubscriptionRepository, validate
@@ -180,7 +181,7 @@ def test_subscriptions_from_the_store_with_tenants_dialects_and_headers(
 ) -> None:
     url = f"duckdb:///{tmp_path / 'store.duckdb'}"
     db = Database(url)
-    db.migrate()
+    upgrade(db.url)
     with db.write() as session:
         ids = SubscriptionRepository(session).add_many(
             [

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
+from migrations.runner import alembic_config, downgrade, upgrade
 from store import Database
-from store.db import alembic_config
 from store.models import Base
 from tests.services import fresh_postgres_database
 
@@ -45,16 +45,16 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
 
 def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
     db = empty_database
-    db.migrate()
+    upgrade(db.url)
     assert _tables(db) == {"subscription", "change_log"}
     # The schema the migrations build is the schema the models describe.
     for table in Base.metadata.sorted_tables:
         expected = {c.name: bool(c.nullable) for c in table.columns}
         assert _columns(db, table.name) == expected, table.name
-    db.migrate()  # idempotent
-    db.downgrade("base")
+    upgrade(db.url)  # idempotent
+    downgrade(db.url, "base")
     assert _tables(db) == set()
-    db.migrate()
+    upgrade(db.url)
     assert _tables(db) == {"subscription", "change_log"}
 
 
@@ -63,7 +63,7 @@ def test_alembic_check_finds_no_drift_on_postgres() -> None:
     # covers it; PostgreSQL gets alembic's own comparison.
     with fresh_postgres_database() as url:
         db = Database(url)
-        db.migrate()
+        upgrade(db.url)
         command.check(alembic_config(url))  # raises on any difference
         db.dispose()
 
@@ -71,7 +71,7 @@ def test_alembic_check_finds_no_drift_on_postgres() -> None:
 def test_a_second_process_cannot_open_the_duckdb_file(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'owned.duckdb'}"
     owner = Database(url)
-    owner.migrate()
+    upgrade(owner.url)
     script = (
         "import sys\n"
         "from store import Database, DatabaseLockedError\n"

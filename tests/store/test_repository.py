@@ -119,14 +119,14 @@ def test_list_filters_and_keyset_pagination(database: Database) -> None:
         repo = SubscriptionRepository(session)
         seen: list[int] = []
         after = None
-        while page := repo.list(after_id=after, limit=7):
+        while page := repo.page(after_id=after, limit=7):
             seen += [row.id for row in page]
             after = page[-1].id
         assert seen == sorted(seen) and len(seen) == 41
-        assert {r.subscriber for r in repo.list(subscriber="s1", limit=100)} == {"s1"}
-        assert len(repo.list(subscriber="s1", limit=100)) == 13
-        assert {r.pattern[:2] for r in repo.list(pattern_prefix="p3", limit=100)} == {"p3"}
-        assert [r.dialect for r in repo.list(dialect="mqtt")] == ["mqtt"]
+        assert {r.subscriber for r in repo.page(subscriber="s1", limit=100)} == {"s1"}
+        assert len(repo.page(subscriber="s1", limit=100)) == 13
+        assert {r.pattern[:2] for r in repo.page(pattern_prefix="p3", limit=100)} == {"p3"}
+        assert [r.dialect for r in repo.page(dialect="mqtt")] == ["mqtt"]
         assert len(list(repo.stream_all(batch_size=8))) == 41
 
 

@@ -19,14 +19,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from matcher import EMPTY, HeadersMatcher, Matcher, MatcherError, MatchResult, create_matcher
-from pipeline.schema import (
-    DEFAULT_DIALECT,
-    DELIVERY,
-    MAX_OUTPUT_ROWS,
-    REJECTED,
-    ROUTED_NAMES,
-    UNMATCHED,
-)
+from pipeline.codes import DEFAULT_DIALECT, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
+from pipeline.schema import ROUTED_NAMES
 from pipeline.subscriptions import SubscriptionPlan
 from store import DEFAULT_TENANT
 

@@ -29,33 +29,35 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.errors import InputSchemaError
-from pipeline.router import router_for
-from pipeline.schema import (
-    CORRUPT_COLUMN,
+from pipeline.codes import (
     DEFAULT_DIALECT,
     DELIVERY,
-    DELIVERY_COLUMNS,
     EMPTY_TENANT,
-    HEADERS_DDL,
-    HEADERS_TYPE,
     INVALID_HEADERS,
     INVALID_TS,
     INVALID_UTF8,
     MALFORMED_ROW,
     MAX_OUTPUT_ROWS,
     MESSAGE_DIALECTS,
-    MESSAGES_SOURCE,
     MISSING_MESSAGE_ID,
     MISSING_TOPIC,
     MISSING_TS,
-    OPTIONAL_INPUT,
-    REJECT_SCHEMA,
     REJECTED,
-    ROUTE_INPUT,
-    ROUTED,
     UNKNOWN_DIALECT,
     UNMATCHED,
+)
+from pipeline.errors import InputSchemaError
+from pipeline.executor import router_for
+from pipeline.schema import (
+    CORRUPT_COLUMN,
+    DELIVERY_COLUMNS,
+    HEADERS_DDL,
+    HEADERS_TYPE,
+    MESSAGES_SOURCE,
+    OPTIONAL_INPUT,
+    REJECT_SCHEMA,
+    ROUTE_INPUT,
+    ROUTED,
     UNMATCHED_COLUMNS,
 )
 from pipeline.subscriptions import SubscriptionPlan

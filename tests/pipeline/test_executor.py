@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from pipeline.router import Router, router_for
-from pipeline.schema import DELIVERY, REJECTED, ROUTED_NAMES, UNMATCHED
+from pipeline.codes import DELIVERY, REJECTED, UNMATCHED
+from pipeline.executor import Router, router_for
+from pipeline.schema import ROUTED_NAMES
 from pipeline.subscriptions import build_plan
 from tests.pipeline.conftest import generate, naive_deliveries
 

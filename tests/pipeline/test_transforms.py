@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
 
-from pipeline import routing
+from pipeline import transforms
 from pipeline.errors import InputSchemaError
 from pipeline.subscriptions import build_plan
 from tests.pipeline.conftest import Generated, generate, naive_deliveries
@@ -26,8 +26,8 @@ MESSAGES = (
 def _route(spark: SparkSession, data: Generated, messages: DataFrame, **kwargs: int) -> DataFrame:
     plan, rejects = build_plan(data.subscriptions_table())
     assert rejects == []
-    return routing.route(
-        routing.normalize_messages(messages), spark.sparkContext.broadcast(plan), **kwargs
+    return transforms.route(
+        transforms.normalize_messages(messages), spark.sparkContext.broadcast(plan), **kwargs
     )
 
 
@@ -46,7 +46,7 @@ def test_normalize_marks_every_malformed_row(spark: SparkSession) -> None:
         ("m11", "a", ISO, None, "smtp", None),
         ("m12", "a", ISO, None, None, "[1, 2]"),
     ]
-    normalized = routing.normalize_messages(spark.createDataFrame(rows, MESSAGES))
+    normalized = transforms.normalize_messages(spark.createDataFrame(rows, MESSAGES))
     expected = spark.createDataFrame(
         [
             ("m1", "a.b", T, None, "default", "amqp", None),
@@ -82,7 +82,7 @@ def test_normalize_accepts_timestamp_date_and_number_columns(spark: SparkSession
     expected = {"ts": 1714564800.0, "day": 1714521600.0, "epoch": 1714564800.0}
     expected["fraction"] = 1714564800.5
     for column, seconds in expected.items():
-        normalized = routing.normalize_messages(
+        normalized = transforms.normalize_messages(
             frame.select("message_id", "topic", sf.col(column).alias("ts"))
         )
         assert normalized.columns == ["message_id", "topic", "ts", "reason", "detail", "raw"]
@@ -98,14 +98,16 @@ def test_invalid_utf8_is_refused_before_reaching_python(spark: SparkSession) -> 
         [("m1", bytearray(b"a.b"), ISO), ("m2", bytearray(b"a.\xff"), ISO)],
         "message_id string, topic binary, ts string",
     )
-    rows = {r.message_id: (r.reason, r.topic) for r in routing.normalize_messages(frame).collect()}
+    rows = {
+        r.message_id: (r.reason, r.topic) for r in transforms.normalize_messages(frame).collect()
+    }
     # The rejected row's text is made readable (U+FFFD) for rejects/.
     assert rows == {"m1": (None, "a.b"), "m2": ("invalid_utf8", "a.\ufffd")}
 
 
 def test_missing_or_unusable_columns_fail_the_whole_input(spark: SparkSession) -> None:
     with pytest.raises(InputSchemaError, match="no ts column") as missing:
-        routing.normalize_messages(
+        transforms.normalize_messages(
             spark.createDataFrame([("m", "a")], "message_id string, topic string")
         )
     assert missing.value.code == "missing_column"
@@ -113,7 +115,7 @@ def test_missing_or_unusable_columns_fail_the_whole_input(spark: SparkSession) -
         [("m", ["a"], ISO)], "message_id string, topic array<string>, ts string"
     )
     with pytest.raises(InputSchemaError) as unusable:
-        routing.normalize_messages(frame)
+        transforms.normalize_messages(frame)
     assert unusable.value.code == "invalid_column_type"
 
 
@@ -138,7 +140,7 @@ def test_hand_written_routing_into_the_three_tables(spark: SparkSession) -> None
     )
     routed = _route(spark, data, messages)
     assertDataFrameEqual(
-        routing.deliveries(routed),
+        transforms.deliveries(routed),
         spark.createDataFrame(
             [
                 (
@@ -174,13 +176,13 @@ def test_hand_written_routing_into_the_three_tables(spark: SparkSession) -> None
         ),
     )
     assertDataFrameEqual(
-        routing.unmatched(routed),
+        transforms.unmatched(routed),
         spark.createDataFrame(
             [("m3", "default", "weather", datetime(2024, 5, 1, 12, tzinfo=UTC), date(2024, 5, 1))],
             "message_id string, tenant string, topic string, ts timestamp, date date",
         ),
     )
-    rejects = routing.message_rejects(routed)
+    rejects = transforms.message_rejects(routed)
     assert rejects.columns == [
         "message_id",
         "subscription_id",
@@ -200,7 +202,8 @@ def test_hand_written_routing_into_the_three_tables(spark: SparkSession) -> None
         ),
     )
     counts = {
-        (r.output, r.reason): (r.rows, r.messages) for r in routing.routed_counts(routed).collect()
+        (r.output, r.reason): (r.rows, r.messages)
+        for r in transforms.routed_counts(routed).collect()
     }
     assert counts == {
         (0, None): (3, 2),
@@ -222,7 +225,7 @@ def test_deliveries_equal_the_naive_matcher(spark: SparkSession, max_output_rows
         sorted(naive_deliveries(data)),
         "message_id string, subscription_id long, subscriber string, tenant string",
     )
-    assertDataFrameEqual(routing.deliveries(routed).select(*expected.columns), expected)
+    assertDataFrameEqual(transforms.deliveries(routed).select(*expected.columns), expected)
     matched = {row[0] for row in naive_deliveries(data)}
-    unmatched = {r.message_id for r in routing.unmatched(routed).select("message_id").collect()}
+    unmatched = {r.message_id for r in transforms.unmatched(routed).select("message_id").collect()}
     assert unmatched == {m for m, _, _ in data.messages} - matched

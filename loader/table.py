@@ -42,8 +42,7 @@ class Snapshot:
 class RoutingTable:
     """Matchers for every (tenant, dialect), kept current by one applier thread at a time.
 
-    ``engines`` are all built and kept current; the first answers matches (the others exist
-    for comparison and for callers that ask for them by name).
+    ``engines`` are all built and kept current; the first answers matches.
     """
 
     def __init__(
@@ -75,16 +74,14 @@ class RoutingTable:
 
     # -- reads --------------------------------------------------------------------------
 
-    def match(
-        self, tenant: str, dialect: str, topic: str, engine: str | None = None
-    ) -> MatchResult:
+    def match(self, tenant: str, dialect: str, topic: str) -> MatchResult:
         """Ids of ``tenant``'s subscriptions in ``dialect`` whose pattern matches ``topic``.
         Raises the matcher's errors for an invalid topic, even with no subscription."""
         matchers = self._topic.get((tenant, dialect))
         if matchers is None:
             _validator(dialect, self.limits).match(topic)
             return EMPTY
-        return matchers[engine or self.engines[0]].match(topic)
+        return matchers[self.engines[0]].match(topic)
 
     def match_headers(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
         matcher = self._headers.get(tenant)

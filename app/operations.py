@@ -1,0 +1,174 @@
+"""Every admin operation, implemented once: validation with the configured limits, the
+tenant quota, the store write and the per-item results. The HTTP routes and the command
+line's direct mode both call this class, so they cannot drift apart (they did once: the
+CLI skipped the quota and the configured topic limit). Later cross-cutting concerns (audit,
+rate limits) hook in here.
+
+Writes commit to the store first; the loader's after-commit hook applies them to the
+matchers before the call returns (see ``store.Database.write``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.auth import Caller
+from app.refusals import BatchTooLargeError, NotFoundError, QuotaExceededError, ServiceError
+from app.schemas import (
+    BulkItem,
+    BulkOut,
+    Counts,
+    Deleted,
+    ErrorBody,
+    Page,
+    SubscriptionIn,
+    SubscriptionOut,
+)
+from app.settings import Settings
+from matcher import MatcherError
+from store import Database, NewSubscription, StoreError, SubscriptionRepository, validate
+from store.export import export_parquet
+
+
+class AdminOperations:
+    """Admin operations on ``db`` under ``settings``' limits, on behalf of a ``Caller``."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+        self._limits = settings.limits()
+
+    # -- writes -------------------------------------------------------------------------
+
+    def create(self, item: SubscriptionIn, caller: Caller) -> tuple[SubscriptionOut, bool]:
+        """Create one subscription; the same one again returns the stored row. The flag says
+        whether a row was created. Raises the refusal (invalid input, quota)."""
+        new = self._new(item, caller)
+        with self.db.write() as session:
+            repo = SubscriptionRepository(session)
+            self._check_quota(repo, {new.tenant: 1})
+            row, created = repo.add(new)
+        return SubscriptionOut.of(row), created
+
+    def create_many(self, items: Sequence[SubscriptionIn], caller: Caller) -> BulkOut:
+        """Create many in one transaction; every item gets its own result and the valid
+        ones are stored even when others fail. Only a batch over ``max_batch`` or over a
+        tenant's quota is refused whole (nothing is stored then)."""
+        max_batch = self.settings.max_batch
+        if len(items) > max_batch:
+            raise BatchTooLargeError(f"a batch holds at most {max_batch} items")
+        results: list[BulkItem] = []
+        valid: list[tuple[int, NewSubscription]] = []
+        for index, item in enumerate(items):
+            try:
+                valid.append((index, self._new(item, caller)))
+            except (MatcherError, StoreError, ServiceError) as e:
+                error = ErrorBody(code=e.code, message=e.message)
+                results.append(BulkItem(index=index, status="error", error=error))
+        if valid:
+            adding: dict[str, int] = {}
+            for _, new in valid:
+                adding[new.tenant] = adding.get(new.tenant, 0) + 1
+            with self.db.write() as session:
+                repo = SubscriptionRepository(session)
+                self._check_quota(repo, adding)
+                stored = repo.add_many([new for _, new in valid])
+            for (index, _), (sub_id, created) in zip(valid, stored, strict=True):
+                status = "created" if created else "exists"
+                results.append(BulkItem(index=index, status=status, id=sub_id))
+        results.sort(key=lambda r: r.index)
+        return BulkOut(
+            created=sum(r.status == "created" for r in results),
+            exists=sum(r.status == "exists" for r in results),
+            failed=sum(r.status == "error" for r in results),
+            results=results,
+        )
+
+    def remove(self, sub_id: int, caller: Caller) -> None:
+        """Delete one subscription (of the caller's tenant, unless the operator asks);
+        ``NotFoundError`` when there is none."""
+        with self.db.write() as session:
+            removed = SubscriptionRepository(session).remove(sub_id, tenant=caller.tenant)
+        if not removed:
+            raise NotFoundError(f"no subscription {sub_id}")
+
+    def remove_subscriber(self, subscriber: str, caller: Caller, tenant: str | None) -> Deleted:
+        """Delete every subscription of one subscriber of the tenant."""
+        with self.db.write() as session:
+            ids = SubscriptionRepository(session).remove_subscriber(
+                caller.tenant_for(tenant), subscriber
+            )
+        return Deleted(deleted=ids)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, sub_id: int, caller: Caller) -> SubscriptionOut:
+        with self.db.read() as session:
+            row = SubscriptionRepository(session).get(sub_id, tenant=caller.tenant)
+        if row is None:
+            raise NotFoundError(f"no subscription {sub_id}")
+        return SubscriptionOut.of(row)
+
+    def page(
+        self,
+        caller: Caller,
+        *,
+        tenant: str | None = None,
+        subscriber: str | None = None,
+        pattern_prefix: str | None = None,
+        dialect: str | None = None,
+        after: int | None = None,
+        limit: int = 100,
+    ) -> Page:
+        """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back
+        as ``after``)."""
+        with self.db.read() as session:
+            rows = SubscriptionRepository(session).page(
+                tenant=caller.tenant_for(tenant),
+                subscriber=subscriber,
+                pattern_prefix=pattern_prefix,
+                dialect=dialect,
+                after_id=after,
+                limit=limit,
+            )
+        next_after = rows[-1].id if len(rows) == limit else None
+        return Page(items=[SubscriptionOut.of(row) for row in rows], next_after=next_after)
+
+    def count(self, caller: Caller, tenant: str | None = None) -> Counts:
+        tenant = caller.tenant_for(tenant)
+        with self.db.read() as session:
+            by_dialect = SubscriptionRepository(session).count(tenant)
+        return Counts(tenant=tenant, total=sum(by_dialect.values()), by_dialect=by_dialect)
+
+    def export(self, path: Path, caller: Caller, tenant: str | None = None) -> int:
+        """Write the tenant's subscriptions to Parquet at ``path``; returns the row count."""
+        return export_parquet(self.db, path, tenant=caller.tenant_for(tenant))
+
+    # -- rules --------------------------------------------------------------------------
+
+    def _new(self, item: SubscriptionIn, caller: Caller) -> NewSubscription:
+        return validate(
+            NewSubscription(
+                subscriber=item.subscriber,
+                pattern=item.pattern,
+                tenant=caller.tenant_for(item.tenant),
+                dialect=item.dialect,
+                kind=item.kind,
+                criteria=None if item.criteria is None else tuple(item.criteria.items()),
+                mode=item.mode,
+                labels=item.labels,
+            ),
+            self._limits,
+        )
+
+    def _check_quota(self, repo: SubscriptionRepository, adding: dict[str, int]) -> None:
+        """Refuse when a tenant would hold more than its quota after this write (checked
+        inside the write transaction, so concurrent writers cannot both slip under it)."""
+        quota = self.settings.tenant_quota
+        for tenant, count in adding.items():
+            held = sum(repo.count(tenant).values())
+            if held + count > quota:
+                raise QuotaExceededError(
+                    f"tenant {tenant!r} holds {held} subscriptions; its quota is {quota}"
+                )

@@ -1,0 +1,69 @@
+"""The service's own refusals: one class per kind, each with its HTTP status and a
+machine-readable ``code``. Plain exceptions (no FastAPI), so the command line's direct mode
+raises and reports the very same ones; ``app.errors`` turns them into the JSON envelope."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    """A request the service refuses; ``status`` and ``code`` name the rule."""
+
+    status: ClassVar[int] = 400
+    code: str = "refused"
+
+    def __init__(self, message: str, *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.extra = extra
+
+
+class UnauthorizedError(ServiceError):
+    status = 401
+    code = "unauthorized"
+
+
+class WrongTenantError(ServiceError):
+    status = 403
+    code = "wrong_tenant"
+
+
+class OperatorOnlyError(ServiceError):
+    status = 403
+    code = "operator_only"
+
+
+class QuotaExceededError(ServiceError):
+    status = 403
+    code = "quota_exceeded"
+
+
+class NotFoundError(ServiceError):
+    status = 404
+    code = "not_found"
+
+
+class NotConfiguredError(ServiceError):
+    status = 404
+    code = "not_configured"
+
+
+class BatchTooLargeError(ServiceError):
+    status = 413
+    code = "batch_too_large"
+
+
+class NotReadyError(ServiceError):
+    status = 503
+    code = "not_ready"
+
+
+class RemoteError(ServiceError):
+    """What a running service refused, as its API reported it (the CLI's HTTP mode)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message, code=code)
+        self.remote_status = status
