@@ -1,1 +1,2 @@
-"""The topicstore application: command line now, the service and its wiring later."""
+"""The topicstore service (FastAPI: admin, match and operations API) and the ``topicstore``
+command line, wiring the store, the loader and the matchers together."""
