@@ -254,6 +254,8 @@ def never_matched(
     conn: duckdb.DuckDBPyConnection, limit: int | None = DEFAULT_LIMIT
 ) -> QueryResult:
     """Subscriptions of the export that received no delivery, by id."""
+    import duckdb
+
     try:
         conn.execute("SELECT 1 FROM subscriptions LIMIT 0")
     except duckdb.CatalogException as e:
