@@ -21,7 +21,13 @@ from typing import Any, Final, TypeAlias
 
 import duckdb
 
-from pipeline.errors import UnknownQueryError
+from pipeline.errors import (
+    InvalidBucketError,
+    MissingColumnError,
+    MissingDeliveriesError,
+    MissingSubscriptionsError,
+    UnknownQueryError,
+)
 
 #: Buckets ``timeline`` accepts (``date_trunc`` parts).
 BUCKETS: Final = ("minute", "hour", "day")
@@ -106,9 +112,7 @@ def _subscriptions_view(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     defaults = {"tenant": "'default'", "dialect": "'amqp'"}
     missing = [name for name in ("id", "subscriber", "pattern") if name not in present]
     if missing:
-        raise UnknownQueryError(
-            "missing_column", f"subscriptions in {path} have no {', '.join(missing)} column"
-        )
+        raise MissingColumnError(f"subscriptions in {path} have no {', '.join(missing)} column")
     columns = ", ".join(
         name if name in present else f"{defaults[name]} AS {name}"
         for name in ("id", "tenant", "subscriber", "pattern", "dialect")
@@ -125,9 +129,7 @@ def open_tables(
     wrote no rows to is an empty view of the same columns."""
     deliveries_dir, unmatched_dir = locate(deliveries)
     if not deliveries_dir.is_dir():
-        raise UnknownQueryError(
-            "no_deliveries", f"{deliveries} is neither a route output nor its deliveries/"
-        )
+        raise MissingDeliveriesError(f"{deliveries} is neither a route output nor its deliveries/")
     conn = duckdb.connect(":memory:")
     try:
         conn.execute("SET TimeZone = 'UTC'")
@@ -232,9 +234,7 @@ def timeline(
 ) -> QueryResult:
     """Messages, deliveries and the unmatched rate per ``bucket`` of time, oldest first."""
     if bucket not in BUCKETS:
-        raise UnknownQueryError(
-            "invalid_bucket", f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}"
-        )
+        raise InvalidBucketError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
     return _run(
         conn,
         "timeline",
@@ -254,8 +254,8 @@ def never_matched(
     try:
         conn.execute("SELECT 1 FROM subscriptions LIMIT 0")
     except duckdb.CatalogException as e:
-        raise UnknownQueryError(
-            "needs_subscriptions", "never-matched needs a subscriptions export (--subscriptions)"
+        raise MissingSubscriptionsError(
+            "never-matched needs a subscriptions export (--subscriptions)"
         ) from e
     return _run(
         conn,
@@ -294,8 +294,6 @@ def run_query(
     ``bucket`` is for ``timeline``)."""
     query = QUERIES.get(name)
     if query is None:
-        raise UnknownQueryError(
-            "unknown_query", f"unknown query {name!r}; known: {', '.join(QUERIES)}"
-        )
+        raise UnknownQueryError(f"unknown query {name!r}; known: {', '.join(QUERIES)}")
     with open_tables(deliveries, subscriptions) as conn:
         return query(conn, limit, bucket)
