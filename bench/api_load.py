@@ -11,7 +11,6 @@ and the server is stopped at the end, whatever happened.
 from __future__ import annotations
 
 import os
-import random
 import secrets
 import tempfile
 import time
@@ -27,7 +26,7 @@ import orjson
 from bench.loadgen import LoadResult, Target, run_load
 from bench.report import Column, Table
 from bench.server import Server, running_server
-from bench.store_load import subscriptions as generated_subscriptions
+from bench.workloads import MarketWorkload, market_workload
 
 #: The issue's targets: /v1/match at least this share of the trivial endpoint's rate...
 MATCH_RATIO_TARGET: Final = 0.7
@@ -104,42 +103,7 @@ def load_subscriptions(service: Service, patterns: Sequence[tuple[str, str]]) ->
     return ids
 
 
-def topic_for(pattern: str, filler: Sequence[str], rng: random.Random) -> str:
-    """A topic ``pattern`` matches: each ``*`` takes the word of ``filler`` at its position,
-    each ``#`` zero to two of ``filler``'s words from there."""
-    words: list[str] = []
-    for position, word in enumerate(pattern.split(".")):
-        if word == "*":
-            words.append(filler[position % len(filler)])
-        elif word == "#":
-            words.extend(filler[position : position + rng.randrange(3)])
-        else:
-            words.append(word)
-    return ".".join(words)
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """Subscriptions to load and topics drawn from them (``sources[k]`` is the index of the
-    subscription ``topics[k]`` was drawn from, so it must be among the matches)."""
-
-    subscriptions: list[tuple[str, str]]
-    topics: list[str]
-    sources: list[int]
-
-
-def workload(count: int, topics: int, seed: int = 0) -> Workload:
-    """``count`` five-word AMQP patterns (the store benchmark's: 1,000 subscribers, a ``*``
-    or a trailing ``#`` now and then) and ``topics`` topics drawn from random ones."""
-    subs = [(new.subscriber, new.pattern) for new in generated_subscriptions(count, seed)]
-    rng = random.Random(seed + 1)
-    concrete = [p for _, p in subs if "*" not in p and "#" not in p] or ["a.b.c.d.e"]
-    sources = [rng.randrange(count) for _ in range(topics)]
-    drawn = [topic_for(subs[k][1], rng.choice(concrete).split("."), rng) for k in sources]
-    return Workload(subs, drawn, sources)
-
-
-def _check_matches(service: Service, work: Workload, ids: list[int], sample: int) -> float:
+def _check_matches(service: Service, work: MarketWorkload, ids: list[int], sample: int) -> float:
     """Each sampled topic must match the subscription it was drawn from (a fast wrong
     answer is worthless); returns the mean number of matches per topic."""
     topics, sources = work.topics[:sample], work.sources[:sample]
@@ -204,7 +168,7 @@ def run_api_load(
         unit="requests/s",
         reference=HEALTHZ,
     )
-    work = workload(subscriptions, BODIES + BATCH_BODIES * batch_topics, seed)
+    work = market_workload(subscriptions, BODIES + BATCH_BODIES * batch_topics, seed)
     single, batched = work.topics[:BODIES], work.topics[BODIES:]
     with tempfile.TemporaryDirectory(prefix="topicstore-api-load-") as tmp:
         workdir = Path(tmp)

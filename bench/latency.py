@@ -16,7 +16,6 @@ its states after every write.
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import sys
 import threading
@@ -26,6 +25,7 @@ from time import perf_counter_ns
 from typing import Final
 
 from bench.concurrency import EXCLUDED, shared_subject
+from bench.percentiles import percentile
 from bench.report import Cell, Column, Table
 from bench.subjects import BASELINE, Subject
 from bench.threads import run_together
@@ -36,12 +36,6 @@ log = logging.getLogger(__name__)
 PERCENTILES: Final = (50, 99)
 #: Writer ids start here, above the prefill's.
 FIRST_WRITER_ID: Final = 1 << 28
-
-
-def percentile(samples: Sequence[int], p: float) -> float:
-    """The nearest-rank ``p``-th percentile of ``samples``."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def _read(subject: Subject, keys: Sequence[str], reads: int, out: list[int]) -> None:

@@ -29,6 +29,9 @@ ADVERSARIAL_ALPHABET: Final = ("a", "b", "c")
 #: 128 one-letter words joined by dots: 255 bytes, the longest AMQP routing key.
 ADVERSARIAL_TOPIC_WORDS: Final = 128
 ADVERSARIAL_MAX_HASHES: Final = 4
+#: Words of the dense inputs: few, so that patterns match often; the empty word is an AMQP
+#: word like any other.
+DENSE_ALPHABET: Final = ("a", "b", "c", "")
 
 
 def _digit(rng: random.Random) -> str:
@@ -151,3 +154,74 @@ def distinct_first_word_patterns(count: int) -> list[str]:
     """``w{i}.x.y``: every pattern adds a child to the root, the case where seed 000's Go
     cs-trie copied the whole root level on every insert."""
     return [f"w{i}.x.y" for i in range(count)]
+
+
+def market_subscriptions(count: int, seed: int) -> list[tuple[str, str]]:
+    """``(subscriber, pattern)`` pairs of five-word patterns over realistic words: a region,
+    a venue, a symbol, a side, an event; every tenth has a ``*`` somewhere, every 25th (of
+    the others) ends in ``#`` from the fourth or fifth word; 1,000 subscribers. The store
+    and service benchmarks' input."""
+    rng = random.Random(seed)
+    words = [
+        [f"r{i}" for i in range(20)],
+        [f"v{i}" for i in range(50)],
+        [f"s{i}" for i in range(5_000)],
+        ["buy", "sell", "hold"],
+        [f"e{i}" for i in range(30)],
+    ]
+    out = []
+    for i in range(count):
+        parts = [rng.choice(choices) for choices in words]
+        if i % 10 == 0:
+            parts[rng.randrange(5)] = "*"
+        elif i % 25 == 0:
+            parts[rng.randrange(3, 5) :] = ["#"]
+        out.append((f"q{i % 1_000}", ".".join(parts)))
+    return out
+
+
+def topic_for(pattern: str, filler: Sequence[str], rng: random.Random) -> str:
+    """A topic ``pattern`` matches: each ``*`` takes the word of ``filler`` at its position,
+    each ``#`` zero to two of ``filler``'s words from there."""
+    words: list[str] = []
+    for position, word in enumerate(pattern.split(".")):
+        if word == "*":
+            words.append(filler[position % len(filler)])
+        elif word == "#":
+            words.extend(filler[position : position + rng.randrange(3)])
+        else:
+            words.append(word)
+    return ".".join(words)
+
+
+@dataclass(frozen=True, slots=True)
+class MarketWorkload:
+    """Subscriptions to load and topics drawn from them (``sources[k]`` is the index of the
+    subscription ``topics[k]`` was drawn from, so it must be among the matches)."""
+
+    subscriptions: list[tuple[str, str]]
+    topics: list[str]
+    sources: list[int]
+
+
+def market_workload(count: int, topics: int, seed: int = DEFAULT_SEED) -> MarketWorkload:
+    """``count`` of ``market_subscriptions`` and ``topics`` topics, each drawn from a random
+    one of them (its wildcards filled with the words of a random concrete pattern)."""
+    subs = market_subscriptions(count, seed)
+    rng = random.Random(seed + 1)
+    concrete = [p for _, p in subs if "*" not in p and "#" not in p] or ["a.b.c.d.e"]
+    sources = [rng.randrange(count) for _ in range(topics)]
+    drawn = [topic_for(subs[k][1], rng.choice(concrete).split("."), rng) for k in sources]
+    return MarketWorkload(subs, drawn, sources)
+
+
+def dense_pattern(rng: random.Random) -> str:
+    """1-5 words of ``DENSE_ALPHABET``, ``*`` or ``#`` (several ``#`` included): few words,
+    so that patterns match often."""
+    words = rng.randint(1, 5)
+    return ".".join(rng.choice((*DENSE_ALPHABET, "*", "#", "#")) for _ in range(words))
+
+
+def dense_topic(rng: random.Random) -> str:
+    """0-5 words of ``DENSE_ALPHABET`` (0 words is the empty topic)."""
+    return ".".join(rng.choice(DENSE_ALPHABET) for _ in range(rng.randint(0, 5)))
