@@ -28,7 +28,7 @@ from bench.report import Column, Table
 from bench.server import Server, running_server
 from bench.workloads import MarketWorkload, market_workload
 
-#: The issue's targets: /v1/match at least this share of the trivial endpoint's rate...
+#: The service's targets: /v1/match at least this share of the trivial endpoint's rate...
 MATCH_RATIO_TARGET: Final = 0.7
 #: ... and /v1/match/batch at least this many topics per second.
 BATCH_TOPICS_TARGET: Final = 200_000

@@ -1,12 +1,12 @@
 """The ``concurrency_latency`` table: how long a single match takes while writers run.
 
-Two reader threads time every match (``perf_counter_ns``) over seed 000's keys
-``{j%10}.{j%50}.{j}``, first alone ("quiet"), then while two writer threads subscribe and
-unsubscribe those keys as patterns non-stop ("under writes"). The matcher holds 1,000
-random 5-word subscriptions and one subscription per key, and every key was matched once
-before timing (compiled topics, DFA states). Op counts are fixed: readers do ``reads``
-matches each, starting once every writer has written; writers stop when the readers are
-done (or at ``max_writes``).
+Two reader threads time every match (``perf_counter_ns``) over the "Fast Topic Matching"
+multithreaded keys ``{j%10}.{j%50}.{j}``, first alone ("quiet"), then while two writer
+threads subscribe and unsubscribe those keys as patterns non-stop ("under writes"). The
+matcher holds 1,000 random 5-word subscriptions and one subscription per key, and every key
+was matched once before timing (compiled topics, DFA states). Op counts are fixed: readers
+do ``reads`` matches each, starting once every writer has written; writers stop when the
+readers are done (or at ``max_writes``).
 
 What it shows: a reader that takes no lock (``trie``, ``cs_trie``, ``dfa``) is only slowed
 by sharing the interpreter, while the locked baseline waits for writers; ``dfa`` rebuilds

@@ -1,15 +1,18 @@
-"""Seeded, reproducible inputs for every table.
+"""Seeded, reproducible inputs for every table and for the tests that need many patterns.
 
-Seed 000's generator puts a ``*`` at a position chosen by the subscriber index ``i``:
-``i % 10 == 0`` the first word, else ``i % 25 == 0`` the middle word, else ``i % 45 == 0``
-the last word; every other word is a random digit. With 3 words that is exactly the
-throughput workload (``*.d.d``, ``d.*.d``, ``d.d.*``, ``d.d.d``); with 5 words it is the
-"1,000 randomly generated 5-word subscriptions" of the micro benchmark, and at 100,000
-patterns the ``scaled`` workload.
+The generator of the "Fast Topic Matching" benchmarks puts a ``*`` at a position chosen by
+the subscriber index ``i``: ``i % 10 == 0`` the first word, else ``i % 25 == 0`` the middle
+word, else ``i % 45 == 0`` the last word; every other word is a random digit. With 3 words
+that is exactly the throughput workload (``*.d.d``, ``d.*.d``, ``d.d.*``, ``d.d.d``); with
+5 words it is the "1,000 randomly generated 5-word subscriptions" of the micro benchmark,
+and at 100,000 patterns the ``scaled`` workload.
 
 The other inputs are built to stress one thing each: ``#``-heavy patterns against the
-longest keys AMQP allows (``adversarial``), seed 000's ``{j%10}.{j%50}.{j}`` keys
-(``concurrency``) and patterns with distinct first words (``cs_trie_load``).
+longest keys AMQP allows (``adversarial``), the same benchmarks' multithreaded
+``{j%10}.{j%50}.{j}`` keys (``concurrency``), patterns with distinct first words
+(``cs_trie_load``), five-word market patterns with topics drawn from them (the store and
+the service: ``store_load``, ``api_load``) and short dense patterns over three letters and
+the empty word (the pipeline tests).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ def _digit(rng: random.Random) -> str:
 
 
 def star_position(i: int, words: int) -> int | None:
-    """Where subscriber ``i``'s ``*`` goes in a ``words``-word pattern (seed 000's rule)."""
+    """Where subscriber ``i``'s ``*`` goes in a ``words``-word pattern (the "Fast Topic
+    Matching" rule)."""
     if i % 10 == 0:
         return 0
     if i % 25 == 0:
@@ -94,7 +98,7 @@ def throughput_workload(
     messages: int = THROUGHPUT_MESSAGES,
     seed: int = DEFAULT_SEED,
 ) -> Workload:
-    """Seed 000's throughput workload: 3-word patterns over digits."""
+    """The "Fast Topic Matching" throughput workload: 3-word patterns over digits."""
     return seed_workload(patterns, messages, 3, seed)
 
 
@@ -111,7 +115,7 @@ def scaled_workload(
 def random_subscriptions(
     count: int = HOT_SUBSCRIPTIONS, seed: int = DEFAULT_SEED, words: int = 5
 ) -> list[str]:
-    """Seed 000's "randomly generated 5-word subscriptions" (micro and memory benchmarks)."""
+    """The "randomly generated 5-word subscriptions" of "Fast Topic Matching" (micro, memory)."""
     return seed_patterns(count, words, random.Random(seed))
 
 
@@ -145,14 +149,14 @@ def adversarial_workload(
 
 
 def concurrency_key(j: int) -> str:
-    """Seed 000's multithreaded key: 3 words ``{j%10}.{j%50}.{j}``, used both as a pattern
-    (writes) and as a topic (reads)."""
+    """The "Fast Topic Matching" multithreaded key: 3 words ``{j%10}.{j%50}.{j}``, used both
+    as a pattern (writes) and as a topic (reads)."""
     return f"{j % 10}.{j % 50}.{j}"
 
 
 def distinct_first_word_patterns(count: int) -> list[str]:
-    """``w{i}.x.y``: every pattern adds a child to the root, the case where seed 000's Go
-    cs-trie copied the whole root level on every insert."""
+    """``w{i}.x.y``: every pattern adds a child to the root, the case where the Go
+    CS-trie of "Fast Topic Matching" copied the whole root level on every insert."""
     return [f"w{i}.x.y" for i in range(count)]
 
 
