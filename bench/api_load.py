@@ -11,12 +11,7 @@ and the server is stopped at the end, whatever happened.
 from __future__ import annotations
 
 import os
-import random
 import secrets
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -30,9 +25,10 @@ import orjson
 
 from bench.loadgen import LoadResult, Target, run_load
 from bench.report import Column, Table
-from bench.store_load import subscriptions as generated_subscriptions
+from bench.server import Server, running_server
+from bench.workloads import MarketWorkload, market_workload
 
-#: The issue's targets: /v1/match at least this share of the trivial endpoint's rate...
+#: The service's targets: /v1/match at least this share of the trivial endpoint's rate...
 MATCH_RATIO_TARGET: Final = 0.7
 #: ... and /v1/match/batch at least this many topics per second.
 BATCH_TOPICS_TARGET: Final = 200_000
@@ -44,9 +40,7 @@ BATCH_BODIES: Final = 8
 #: Keep-alive connections of the load client.
 CONNECTIONS: Final = 8
 WARMUP_S: Final = 1.0
-START_TIMEOUT_S: Final = 120.0
 READY_TIMEOUT_S: Final = 300.0
-STOP_TIMEOUT_S: Final = 20.0
 #: Drift checks rebuild the whole table; not during a measurement.
 RECONCILE_INTERVAL_S: Final = 86_400
 
@@ -55,103 +49,44 @@ MATCH: Final = "POST /v1/match"
 BATCH: Final = "POST /v1/match/batch"
 
 
-def free_port() -> int:
-    """A port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass(frozen=True, slots=True)
-class Server:
-    """A running ``topicstore serve``."""
+class Service:
+    """The running server and the admin token it was started with."""
 
-    url: str
+    server: Server
     token: str
-    process: subprocess.Popen[bytes]
-    log: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.url
 
     @property
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
 
-def _serve_argv(port: int) -> list[str]:
-    script = Path(sys.executable).with_name("topicstore")
-    entry = [str(script)] if script.exists() else [sys.executable, "-c", _ENTRY]
-    return [*entry, "serve", "--host", "127.0.0.1", "--port", str(port)]
-
-
-_ENTRY: Final = "from app.cli import main; main()"
-
-
 @contextmanager
-def serve(workdir: Path, engines: Sequence[str] | None = None) -> Iterator[Server]:
-    """``topicstore serve`` on a free loopback port with a DuckDB file under ``workdir``
-    (and ``engines`` when given, else the service's default); returns once it answers
-    ``/healthz``, stops it on exit."""
-    port = free_port()
+def serve(workdir: Path, engines: Sequence[str] | None = None) -> Iterator[Service]:
+    """``topicstore serve`` with a DuckDB file under ``workdir`` (and ``engines`` when given,
+    else the service's default); returns once it answers ``/healthz``, stops it on exit."""
     token = secrets.token_hex(24)
-    env = {name: value for name, value in os.environ.items() if not name.startswith("TOPICSTORE_")}
-    env |= {
-        "TOPICSTORE_DATABASE_URL": f"duckdb:///{workdir / 'topicstore.duckdb'}",
-        "TOPICSTORE_ADMIN_TOKEN": token,
-        "TOPICSTORE_RECONCILE_INTERVAL": str(RECONCILE_INTERVAL_S),
+    settings = {
+        "database_url": f"duckdb:///{workdir / 'topicstore.duckdb'}",
+        "admin_token": token,
+        "reconcile_interval": str(RECONCILE_INTERVAL_S),
     }
     if engines:
-        env["TOPICSTORE_ENGINES"] = orjson.dumps(list(engines)).decode()
-    log = workdir / "server.log"
-    with log.open("wb") as out:
-        # cwd: no stray .env file of the caller's is read
-        process = subprocess.Popen(
-            _serve_argv(port), cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    server = Server(f"http://127.0.0.1:{port}", token, process, log)
-    try:
-        _wait_for(server, "/healthz", START_TIMEOUT_S)
-        yield server
-    finally:
-        _stop(process)
+        settings["engines"] = orjson.dumps(list(engines)).decode()
+    with running_server(workdir, settings) as server:
+        yield Service(server, token)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=STOP_TIMEOUT_S)
-
-
-def _wait_for(server: Server, path: str, timeout_s: float) -> None:
-    """Poll ``path`` until it answers 200; fail if the server exits or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(base_url=server.url, timeout=5) as client:
-        while time.monotonic() < deadline:
-            if server.process.poll() is not None:
-                raise RuntimeError(f"the server exited; see {server.log}: {_tail(server.log)}")
-            try:
-                if client.get(path).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError(f"{path} not 200 after {timeout_s:.0f} s; see {server.log}")
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-
-
-def load_subscriptions(server: Server, patterns: Sequence[tuple[str, str]]) -> list[int]:
+def load_subscriptions(service: Service, patterns: Sequence[tuple[str, str]]) -> list[int]:
     """Store ``(subscriber, pattern)`` pairs through ``POST /v1/subscriptions/bulk`` in
     batches of ``LOAD_BATCH``; returns their ids in order."""
     ids: list[int] = []
-    headers = {**server.auth, "Content-Type": "application/json"}
-    with httpx.Client(base_url=server.url, timeout=300) as client:
+    headers = {**service.auth, "Content-Type": "application/json"}
+    with httpx.Client(base_url=service.url, timeout=300) as client:
         for start in range(0, len(patterns), LOAD_BATCH):
             items = [
                 {"subscriber": s, "pattern": p} for s, p in patterns[start : start + LOAD_BATCH]
@@ -162,53 +97,18 @@ def load_subscriptions(server: Server, patterns: Sequence[tuple[str, str]]) -> l
             if response.status_code != 200 or response.json()["failed"]:
                 raise RuntimeError(
                     f"bulk load failed ({response.status_code}): {response.text[:2_000]}; "
-                    f"see {server.log}"
+                    f"see {service.server.log}"
                 )
             ids.extend(result["id"] for result in response.json()["results"])
     return ids
 
 
-def topic_for(pattern: str, filler: Sequence[str], rng: random.Random) -> str:
-    """A topic ``pattern`` matches: each ``*`` takes the word of ``filler`` at its position,
-    each ``#`` zero to two of ``filler``'s words from there."""
-    words: list[str] = []
-    for position, word in enumerate(pattern.split(".")):
-        if word == "*":
-            words.append(filler[position % len(filler)])
-        elif word == "#":
-            words.extend(filler[position : position + rng.randrange(3)])
-        else:
-            words.append(word)
-    return ".".join(words)
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """Subscriptions to load and topics drawn from them (``sources[k]`` is the index of the
-    subscription ``topics[k]`` was drawn from, so it must be among the matches)."""
-
-    subscriptions: list[tuple[str, str]]
-    topics: list[str]
-    sources: list[int]
-
-
-def workload(count: int, topics: int, seed: int = 0) -> Workload:
-    """``count`` five-word AMQP patterns (the store benchmark's: 1,000 subscribers, a ``*``
-    or a trailing ``#`` now and then) and ``topics`` topics drawn from random ones."""
-    subs = [(new.subscriber, new.pattern) for new in generated_subscriptions(count, seed)]
-    rng = random.Random(seed + 1)
-    concrete = [p for _, p in subs if "*" not in p and "#" not in p] or ["a.b.c.d.e"]
-    sources = [rng.randrange(count) for _ in range(topics)]
-    drawn = [topic_for(subs[k][1], rng.choice(concrete).split("."), rng) for k in sources]
-    return Workload(subs, drawn, sources)
-
-
-def _check_matches(server: Server, work: Workload, ids: list[int], sample: int) -> float:
+def _check_matches(service: Service, work: MarketWorkload, ids: list[int], sample: int) -> float:
     """Each sampled topic must match the subscription it was drawn from (a fast wrong
     answer is worthless); returns the mean number of matches per topic."""
     topics, sources = work.topics[:sample], work.sources[:sample]
-    headers = {**server.auth, "Content-Type": "application/json"}
-    with httpx.Client(base_url=server.url, timeout=60) as client:
+    headers = {**service.auth, "Content-Type": "application/json"}
+    with httpx.Client(base_url=service.url, timeout=60) as client:
         response = client.post(
             "/v1/match/batch", content=orjson.dumps({"topics": topics}), headers=headers
         )
@@ -268,27 +168,27 @@ def run_api_load(
         unit="requests/s",
         reference=HEALTHZ,
     )
-    work = workload(subscriptions, BODIES + BATCH_BODIES * batch_topics, seed)
+    work = market_workload(subscriptions, BODIES + BATCH_BODIES * batch_topics, seed)
     single, batched = work.topics[:BODIES], work.topics[BODIES:]
     with tempfile.TemporaryDirectory(prefix="topicstore-api-load-") as tmp:
         workdir = Path(tmp)
-        with serve(workdir, engines) as server:
+        with serve(workdir, engines) as service:
             started = time.perf_counter()
-            ids = load_subscriptions(server, work.subscriptions)
+            ids = load_subscriptions(service, work.subscriptions)
             load_s = time.perf_counter() - started
-            _wait_for(server, "/readyz", READY_TIMEOUT_S)
-            fan_out = _check_matches(server, work, ids, min(len(work.topics), 1_000))
-            post = {**server.auth, "Content-Type": "application/json"}
+            service.server.wait_until("/readyz", 200, READY_TIMEOUT_S)
+            fan_out = _check_matches(service, work, ids, min(len(work.topics), 1_000))
+            post = {**service.auth, "Content-Type": "application/json"}
             targets = {
-                HEALTHZ: Target(f"{server.url}/healthz"),
+                HEALTHZ: Target(f"{service.url}/healthz"),
                 MATCH: Target(
-                    f"{server.url}/v1/match",
+                    f"{service.url}/v1/match",
                     "POST",
                     post,
                     [orjson.dumps({"topic": topic}) for topic in single],
                 ),
                 BATCH: Target(
-                    f"{server.url}/v1/match/batch",
+                    f"{service.url}/v1/match/batch",
                     "POST",
                     post,
                     [

@@ -22,7 +22,8 @@ def bench(
         list[str] | None,
         typer.Argument(
             metavar="[TABLE]...",
-            help=f"Tables to run (default all): {', '.join(TABLES)}.",
+            help="Tables to run (default all): "
+            + "; ".join(f"{name}: {table.description}" for name, table in TABLES.items()),
             show_default=False,
         ),
     ] = None,

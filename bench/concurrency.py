@@ -1,12 +1,13 @@
-"""The ``concurrency`` tables: seed 000's multithreaded workloads, in operations per second.
+"""The ``concurrency`` tables: the multithreaded workloads of the "Fast Topic Matching"
+benchmarks, in operations per second.
 
 Each of 1 to 16 threads performs 1,000 operations on one shared matcher that already holds
-1,000 random 5-word subscriptions (as seed 000's ``populateMatcher``). Operation ``k`` of
-every thread uses seed 000's key ``{k%10}.{k%50}.{k}``: a read matches it as a topic, a write
+1,000 random 5-word subscriptions (as their ``populateMatcher``). Operation ``k`` of
+every thread uses their key ``{k%10}.{k%50}.{k}``: a read matches it as a topic, a write
 subscribes it as a pattern under a new id or, every other write, unsubscribes the id the
 thread subscribed before (so the matcher does not grow without bound).
 
-Seed 000 gave whole threads one role (odd threads wrote in "50/50"; thread ``j%10 == 0``
+The original gave whole threads one role (odd threads wrote in "50/50"; thread ``j%10 == 0``
 wrote in "90/10", so its 1-thread "90/10" run was all writes). Here every thread
 interleaves reads and writes in the stated ratio, so the mix holds at every thread count.
 

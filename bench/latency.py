@@ -1,12 +1,12 @@
 """The ``concurrency_latency`` table: how long a single match takes while writers run.
 
-Two reader threads time every match (``perf_counter_ns``) over seed 000's keys
-``{j%10}.{j%50}.{j}``, first alone ("quiet"), then while two writer threads subscribe and
-unsubscribe those keys as patterns non-stop ("under writes"). The matcher holds 1,000
-random 5-word subscriptions and one subscription per key, and every key was matched once
-before timing (compiled topics, DFA states). Op counts are fixed: readers do ``reads``
-matches each, starting once every writer has written; writers stop when the readers are
-done (or at ``max_writes``).
+Two reader threads time every match (``perf_counter_ns``) over the "Fast Topic Matching"
+multithreaded keys ``{j%10}.{j%50}.{j}``, first alone ("quiet"), then while two writer
+threads subscribe and unsubscribe those keys as patterns non-stop ("under writes"). The
+matcher holds 1,000 random 5-word subscriptions and one subscription per key, and every key
+was matched once before timing (compiled topics, DFA states). Op counts are fixed: readers
+do ``reads`` matches each, starting once every writer has written; writers stop when the
+readers are done (or at ``max_writes``).
 
 What it shows: a reader that takes no lock (``trie``, ``cs_trie``, ``dfa``) is only slowed
 by sharing the interpreter, while the locked baseline waits for writers; ``dfa`` rebuilds
@@ -16,7 +16,6 @@ its states after every write.
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import sys
 import threading
@@ -26,6 +25,7 @@ from time import perf_counter_ns
 from typing import Final
 
 from bench.concurrency import EXCLUDED, shared_subject
+from bench.percentiles import percentile
 from bench.report import Cell, Column, Table
 from bench.subjects import BASELINE, Subject
 from bench.threads import run_together
@@ -36,12 +36,6 @@ log = logging.getLogger(__name__)
 PERCENTILES: Final = (50, 99)
 #: Writer ids start here, above the prefill's.
 FIRST_WRITER_ID: Final = 1 << 28
-
-
-def percentile(samples: Sequence[int], p: float) -> float:
-    """The nearest-rank ``p``-th percentile of ``samples``."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def _read(subject: Subject, keys: Sequence[str], reads: int, out: list[int]) -> None:

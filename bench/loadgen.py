@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from bench.percentiles import percentile
+
 #: wrk prints this before the JSON line its ``done`` hook writes.
 WRK_MARKER: Final = "WRK_RESULT "
 #: Seconds a load run may overrun its duration before it is stopped (startup, draining).
@@ -200,13 +202,6 @@ def _run_python(target: Target, seconds: float, connections: int, workdir: Path)
     return LoadResult(**json.loads(done.stdout.splitlines()[-1]))
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return math.nan
-    index = min(len(sorted_values) - 1, max(0, math.ceil(q / 100 * len(sorted_values)) - 1))
-    return sorted_values[index]
-
-
 def python_client(
     url: str,
     method: str,
@@ -255,14 +250,14 @@ def python_client(
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
-    merged = sorted(latency for slot in latencies for latency in slot)
+    merged = [latency for slot in latencies for latency in slot]
     return LoadResult(
         client=f"python ({connections} threads)",
         requests=len(merged) + sum(failures),
         failed=sum(failures),
         seconds=elapsed,
-        p50_ms=_percentile(merged, 50) * 1e3,
-        p99_ms=_percentile(merged, 99) * 1e3,
+        p50_ms=percentile(merged, 50) * 1e3,
+        p99_ms=percentile(merged, 99) * 1e3,
     )
 
 

@@ -1,7 +1,7 @@
-"""Seed 000's memory table: bytes per subscription at 1,000, 100,000 and 1,000,000
+"""The "Fast Topic Matching" memory table: bytes per subscription at 1,000, 100,000 and 1,000,000
 subscriptions.
 
-Subscriptions are seed 000's random 5-word patterns (``workloads.random_subscriptions``)
+Subscriptions are that benchmark's random 5-word patterns (``workloads.random_subscriptions``)
 scaled up. A 5-word digit space holds 100,000 literal patterns (plus the ``*`` variants), so
 up to 100,000 the patterns are mostly distinct; at 1,000,000 several ids share each pattern,
 which is realistic too (many consumers, one binding key).

@@ -1,5 +1,5 @@
-"""Seed 000's microbenchmark table: subscribe, unsubscribe and match in ns per operation,
-cold (empty) and hot (1,000 random 5-word subscriptions).
+"""The "Fast Topic Matching" microbenchmark table: subscribe, unsubscribe and match in ns per
+operation, cold (empty) and hot (1,000 random 5-word subscriptions).
 
 An operation is timed in batches (``batch`` subscribes, then the same ids unsubscribed, or
 one match per lookup topic) and the best of ``rounds`` batches is kept. Each round leaves

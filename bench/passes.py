@@ -32,10 +32,6 @@ class PassTimes:
         """Messages per second of the best pass (or of ``seconds``)."""
         return self.messages / (self.best if seconds is None else seconds)
 
-    def ns_per_match(self, seconds: float | None = None) -> float:
-        """Nanoseconds per match of the best pass (or of ``seconds``)."""
-        return (self.best if seconds is None else seconds) * 1e9 / self.messages
-
 
 def timed_pass(subject: Subject, messages: Sequence[str]) -> float:
     """Seconds one ``match`` per message takes (garbage collector paused)."""

@@ -246,8 +246,8 @@ def _table(
         f"the subscriptions to the last table written (session start-up excluded); "
         f"{ENGINES[0]} stages: {default.stages_s}",
         f"{default.deliveries:,} deliveries ({default.deliveries / default.messages:.2f} per "
-        f"message), {len(set(workload.messages)):,} distinct topics, seed 000's 5-word "
-        f"patterns over digits, {SUBSCRIBERS} subscribers",
+        f"message), {len(set(workload.messages)):,} distinct topics, 'Fast Topic "
+        f"Matching' 5-word patterns over digits, {SUBSCRIBERS} subscribers",
         f"naive: {naive_sample:,} messages x {len(workload.patterns):,} subscriptions = "
         f"{naive_sample * len(workload.patterns):,} rlike tests, {naive_count:,} deliveries; "
         f"identical to the pipeline's for those messages: {'yes' if agree else 'NO'}",

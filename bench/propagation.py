@@ -3,9 +3,9 @@ another replica (its own process state, the same PostgreSQL) matches it."""
 
 from __future__ import annotations
 
-import statistics
 import time
 
+from bench.percentiles import percentile
 from bench.report import Column, Table
 from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
 from loader import Loader
@@ -44,9 +44,15 @@ def run_propagation(changes: int, admin_url: str = DEFAULT_ADMIN_URL) -> Table:
         finally:
             replica_b.stop()
             db_b.dispose()
-    delays.sort()
-    p99 = delays[min(len(delays) - 1, round(0.99 * (len(delays) - 1)))]
-    table.rows.append(["subscribe A -> B", changes, statistics.median(delays), p99, delays[-1]])
+    table.rows.append(
+        [
+            "subscribe A -> B",
+            changes,
+            percentile(delays, 50),
+            percentile(delays, 99),
+            max(delays),
+        ]
+    )
     return table
 
 

@@ -116,8 +116,8 @@ def run_scaled(
         "pattern, garbage collector paused (cs_trie_load shows what it adds)"
     )
     table.notes.append(
-        f"patterns follow seed 000's rule at 5 words (i%10 -> word 0 is *, else i%25 -> "
-        f"word 2, else i%45 -> word 4); {len(set(workload.patterns)):,} distinct patterns, "
-        f"{distinct:,} distinct topics"
+        f"patterns follow the 'Fast Topic Matching' generator's rule at 5 words (i%10 -> "
+        f"word 0 is *, else i%25 -> word 2, else i%45 -> word 4); "
+        f"{len(set(workload.patterns)):,} distinct patterns, {distinct:,} distinct topics"
     )
     return table

@@ -3,39 +3,17 @@ from it the way the service does at startup (one consistent snapshot, streamed).
 
 from __future__ import annotations
 
-import random
 import resource
 import time
 from collections.abc import Sequence
 
 from bench.report import Column, Table
 from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
+from bench.workloads import market_subscriptions
 from loader import DEFAULT_ENGINES, Loader
 from store import NewSubscription, SubscriptionRepository, validate
 
 BATCH = 100_000
-
-
-def subscriptions(count: int, seed: int) -> list[NewSubscription]:
-    """Five-word patterns over realistic words: a region, a venue, a symbol, a side, an
-    event, each position a wildcard now and then; 1,000 subscribers."""
-    rng = random.Random(seed)
-    words = [
-        [f"r{i}" for i in range(20)],
-        [f"v{i}" for i in range(50)],
-        [f"s{i}" for i in range(5_000)],
-        ["buy", "sell", "hold"],
-        [f"e{i}" for i in range(30)],
-    ]
-    out = []
-    for i in range(count):
-        parts = [rng.choice(choices) for choices in words]
-        if i % 10 == 0:
-            parts[rng.randrange(5)] = "*"
-        elif i % 25 == 0:
-            parts[rng.randrange(3, 5) :] = ["#"]
-        out.append(NewSubscription(f"q{i % 1_000}", ".".join(parts)))
-    return out
 
 
 def run_store_load(counts: Sequence[int], seed: int, admin_url: str = DEFAULT_ADMIN_URL) -> Table:
@@ -61,7 +39,10 @@ def run_store_load(counts: Sequence[int], seed: int, admin_url: str = DEFAULT_AD
         table.notes.append(f"skipped: PostgreSQL not reachable at {admin_url}")
         return table
     for count in counts:
-        items = [validate(new) for new in subscriptions(count, seed)]
+        items = [
+            validate(NewSubscription(subscriber, pattern))
+            for subscriber, pattern in market_subscriptions(count, seed)
+        ]
         with scratch_postgres(admin_url) as db:
             started = time.perf_counter()
             for start in range(0, count, BATCH):

@@ -59,7 +59,7 @@ def run(
     started = perf_counter()
     done: list[Table] = []
     for name in selected:
-        for table in TABLES[name](engines, sizes):
+        for table in TABLES[name].run(engines, sizes):
             print(format_table(table), flush=True)
             done.append(table)
     wall_s = perf_counter() - started

@@ -1,5 +1,6 @@
-"""The table registry: name -> the function that measures it. ``topicstore bench NAME``
-selects by these names; adding a table is one function and one entry.
+"""The table registry: name -> a one-line description and the function that measures it.
+``topicstore bench NAME`` selects by these names and lists them in its help; adding a table
+is one function and one entry.
 
 A runner gets the engines to measure and the sizes, and yields one or more ``Table``s as
 soon as each is measured; the baseline is added where it makes sense.
@@ -8,6 +9,7 @@ soon as each is measured; the baseline is added where it makes sense.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from bench.adversarial import run_adversarial
@@ -130,7 +132,6 @@ def _api_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     )
 
 
-#: Every table, in the order ``topicstore bench`` runs them by default.
 def _store_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the service's default engines: what a replica builds at startup
     yield run_store_load(sizes.store_sizes, sizes.seed)
@@ -150,16 +151,46 @@ def _pipeline(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     )
 
 
-TABLES: Final[dict[str, TableRunner]] = {
-    "throughput": _throughput,
-    "micro": _micro,
-    "memory": _memory,
-    "scaled": _scaled,
-    "concurrency": _concurrency,
-    "adversarial": _adversarial,
-    "cs_trie_load": _cs_trie_load,
-    "api_load": _api_load,
-    "store_load": _store_load,
-    "propagation": _propagation,
-    "pipeline": _pipeline,
+@dataclass(frozen=True, slots=True)
+class BenchTable:
+    """What a table measures (one line, for ``--help``) and the function that measures it."""
+
+    description: str
+    run: TableRunner
+
+
+#: Every table, in the order ``topicstore bench`` runs them by default.
+TABLES: Final[dict[str, BenchTable]] = {
+    "throughput": BenchTable(
+        "msg/s matching the 'Fast Topic Matching' 3-word patterns, with and without the cache",
+        _throughput,
+    ),
+    "micro": BenchTable(
+        "ns per subscribe, unsubscribe and match, empty and with 1,000 subscriptions", _micro
+    ),
+    "memory": BenchTable("bytes per subscription, traced and resident, up to 1,000,000", _memory),
+    "scaled": BenchTable("ns per match at 100,000 five-word patterns", _scaled),
+    "concurrency": BenchTable(
+        "ops/s of 1 to 16 threads at two read/write mixes, and read latency under writes",
+        _concurrency,
+    ),
+    "adversarial": BenchTable(
+        "µs per match of #-heavy patterns against 128-word topics (worst cases)", _adversarial
+    ),
+    "cs_trie_load": BenchTable(
+        "seconds to load patterns with distinct first words, and snapshot() cost", _cs_trie_load
+    ),
+    "api_load": BenchTable(
+        "the HTTP API under load: /healthz, /v1/match, /v1/match/batch (a real server)",
+        _api_load,
+    ),
+    "store_load": BenchTable(
+        "PostgreSQL bulk insert, then the startup build of the routing table", _store_load
+    ),
+    "propagation": BenchTable(
+        "ms from a commit on one replica to a match on another (LISTEN/NOTIFY)", _propagation
+    ),
+    "pipeline": BenchTable(
+        "msg/s of the Spark routing job against a naive cross join + rlike", _pipeline
+    ),
 }

@@ -1,5 +1,6 @@
-"""Seed 000's throughput table: messages per second over one pass of ``match``, for every
-engine with and without the result cache (``<engine>+cache``), beside the baseline.
+"""The "Fast Topic Matching" throughput table: messages per second over one pass of
+``match``, for every engine with and without the result cache (``<engine>+cache``), beside
+the baseline.
 
 Every subject is timed in the same process with interleaved passes (``bench.passes``).
 """

@@ -1,15 +1,18 @@
-"""Seeded, reproducible inputs for every table.
+"""Seeded, reproducible inputs for every table and for the tests that need many patterns.
 
-Seed 000's generator puts a ``*`` at a position chosen by the subscriber index ``i``:
-``i % 10 == 0`` the first word, else ``i % 25 == 0`` the middle word, else ``i % 45 == 0``
-the last word; every other word is a random digit. With 3 words that is exactly the
-throughput workload (``*.d.d``, ``d.*.d``, ``d.d.*``, ``d.d.d``); with 5 words it is the
-"1,000 randomly generated 5-word subscriptions" of the micro benchmark, and at 100,000
-patterns the ``scaled`` workload.
+The generator of the "Fast Topic Matching" benchmarks puts a ``*`` at a position chosen by
+the subscriber index ``i``: ``i % 10 == 0`` the first word, else ``i % 25 == 0`` the middle
+word, else ``i % 45 == 0`` the last word; every other word is a random digit. With 3 words
+that is exactly the throughput workload (``*.d.d``, ``d.*.d``, ``d.d.*``, ``d.d.d``); with
+5 words it is the "1,000 randomly generated 5-word subscriptions" of the micro benchmark,
+and at 100,000 patterns the ``scaled`` workload.
 
 The other inputs are built to stress one thing each: ``#``-heavy patterns against the
-longest keys AMQP allows (``adversarial``), seed 000's ``{j%10}.{j%50}.{j}`` keys
-(``concurrency``) and patterns with distinct first words (``cs_trie_load``).
+longest keys AMQP allows (``adversarial``), the same benchmarks' multithreaded
+``{j%10}.{j%50}.{j}`` keys (``concurrency``), patterns with distinct first words
+(``cs_trie_load``), five-word market patterns with topics drawn from them (the store and
+the service: ``store_load``, ``api_load``) and short dense patterns over three letters and
+the empty word (the pipeline tests).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ ADVERSARIAL_ALPHABET: Final = ("a", "b", "c")
 #: 128 one-letter words joined by dots: 255 bytes, the longest AMQP routing key.
 ADVERSARIAL_TOPIC_WORDS: Final = 128
 ADVERSARIAL_MAX_HASHES: Final = 4
+#: Words of the dense inputs: few, so that patterns match often; the empty word is an AMQP
+#: word like any other.
+DENSE_ALPHABET: Final = ("a", "b", "c", "")
 
 
 def _digit(rng: random.Random) -> str:
@@ -36,7 +42,8 @@ def _digit(rng: random.Random) -> str:
 
 
 def star_position(i: int, words: int) -> int | None:
-    """Where subscriber ``i``'s ``*`` goes in a ``words``-word pattern (seed 000's rule)."""
+    """Where subscriber ``i``'s ``*`` goes in a ``words``-word pattern (the "Fast Topic
+    Matching" rule)."""
     if i % 10 == 0:
         return 0
     if i % 25 == 0:
@@ -91,7 +98,7 @@ def throughput_workload(
     messages: int = THROUGHPUT_MESSAGES,
     seed: int = DEFAULT_SEED,
 ) -> Workload:
-    """Seed 000's throughput workload: 3-word patterns over digits."""
+    """The "Fast Topic Matching" throughput workload: 3-word patterns over digits."""
     return seed_workload(patterns, messages, 3, seed)
 
 
@@ -108,7 +115,7 @@ def scaled_workload(
 def random_subscriptions(
     count: int = HOT_SUBSCRIPTIONS, seed: int = DEFAULT_SEED, words: int = 5
 ) -> list[str]:
-    """Seed 000's "randomly generated 5-word subscriptions" (micro and memory benchmarks)."""
+    """The "randomly generated 5-word subscriptions" of "Fast Topic Matching" (micro, memory)."""
     return seed_patterns(count, words, random.Random(seed))
 
 
@@ -142,12 +149,83 @@ def adversarial_workload(
 
 
 def concurrency_key(j: int) -> str:
-    """Seed 000's multithreaded key: 3 words ``{j%10}.{j%50}.{j}``, used both as a pattern
-    (writes) and as a topic (reads)."""
+    """The "Fast Topic Matching" multithreaded key: 3 words ``{j%10}.{j%50}.{j}``, used both
+    as a pattern (writes) and as a topic (reads)."""
     return f"{j % 10}.{j % 50}.{j}"
 
 
 def distinct_first_word_patterns(count: int) -> list[str]:
-    """``w{i}.x.y``: every pattern adds a child to the root, the case where seed 000's Go
-    cs-trie copied the whole root level on every insert."""
+    """``w{i}.x.y``: every pattern adds a child to the root, the case where the Go
+    CS-trie of "Fast Topic Matching" copied the whole root level on every insert."""
     return [f"w{i}.x.y" for i in range(count)]
+
+
+def market_subscriptions(count: int, seed: int) -> list[tuple[str, str]]:
+    """``(subscriber, pattern)`` pairs of five-word patterns over realistic words: a region,
+    a venue, a symbol, a side, an event; every tenth has a ``*`` somewhere, every 25th (of
+    the others) ends in ``#`` from the fourth or fifth word; 1,000 subscribers. The store
+    and service benchmarks' input."""
+    rng = random.Random(seed)
+    words = [
+        [f"r{i}" for i in range(20)],
+        [f"v{i}" for i in range(50)],
+        [f"s{i}" for i in range(5_000)],
+        ["buy", "sell", "hold"],
+        [f"e{i}" for i in range(30)],
+    ]
+    out = []
+    for i in range(count):
+        parts = [rng.choice(choices) for choices in words]
+        if i % 10 == 0:
+            parts[rng.randrange(5)] = "*"
+        elif i % 25 == 0:
+            parts[rng.randrange(3, 5) :] = ["#"]
+        out.append((f"q{i % 1_000}", ".".join(parts)))
+    return out
+
+
+def topic_for(pattern: str, filler: Sequence[str], rng: random.Random) -> str:
+    """A topic ``pattern`` matches: each ``*`` takes the word of ``filler`` at its position,
+    each ``#`` zero to two of ``filler``'s words from there."""
+    words: list[str] = []
+    for position, word in enumerate(pattern.split(".")):
+        if word == "*":
+            words.append(filler[position % len(filler)])
+        elif word == "#":
+            words.extend(filler[position : position + rng.randrange(3)])
+        else:
+            words.append(word)
+    return ".".join(words)
+
+
+@dataclass(frozen=True, slots=True)
+class MarketWorkload:
+    """Subscriptions to load and topics drawn from them (``sources[k]`` is the index of the
+    subscription ``topics[k]`` was drawn from, so it must be among the matches)."""
+
+    subscriptions: list[tuple[str, str]]
+    topics: list[str]
+    sources: list[int]
+
+
+def market_workload(count: int, topics: int, seed: int = DEFAULT_SEED) -> MarketWorkload:
+    """``count`` of ``market_subscriptions`` and ``topics`` topics, each drawn from a random
+    one of them (its wildcards filled with the words of a random concrete pattern)."""
+    subs = market_subscriptions(count, seed)
+    rng = random.Random(seed + 1)
+    concrete = [p for _, p in subs if "*" not in p and "#" not in p] or ["a.b.c.d.e"]
+    sources = [rng.randrange(count) for _ in range(topics)]
+    drawn = [topic_for(subs[k][1], rng.choice(concrete).split("."), rng) for k in sources]
+    return MarketWorkload(subs, drawn, sources)
+
+
+def dense_pattern(rng: random.Random) -> str:
+    """1-5 words of ``DENSE_ALPHABET``, ``*`` or ``#`` (several ``#`` included): few words,
+    so that patterns match often."""
+    words = rng.randint(1, 5)
+    return ".".join(rng.choice((*DENSE_ALPHABET, "*", "#", "#")) for _ in range(words))
+
+
+def dense_topic(rng: random.Random) -> str:
+    """0-5 words of ``DENSE_ALPHABET`` (0 words is the empty topic)."""
+    return ".".join(rng.choice(DENSE_ALPHABET) for _ in range(rng.randint(0, 5)))

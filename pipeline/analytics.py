@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 if TYPE_CHECKING:  # DuckDB loads when a query runs, not when the CLI builds its help
     import duckdb
 
-from pipeline.errors import UnknownQueryError
+from pipeline.errors import (
+    InvalidBucketError,
+    MissingColumnError,
+    MissingDeliveriesError,
+    MissingSubscriptionsError,
+    UnknownQueryError,
+)
 
 #: Buckets ``timeline`` accepts (``date_trunc`` parts).
 BUCKETS: Final = ("minute", "hour", "day")
@@ -107,9 +113,7 @@ def _subscriptions_view(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     defaults = {"tenant": "'default'", "dialect": "'amqp'"}
     missing = [name for name in ("id", "subscriber", "pattern") if name not in present]
     if missing:
-        raise UnknownQueryError(
-            "missing_column", f"subscriptions in {path} have no {', '.join(missing)} column"
-        )
+        raise MissingColumnError(f"subscriptions in {path} have no {', '.join(missing)} column")
     columns = ", ".join(
         name if name in present else f"{defaults[name]} AS {name}"
         for name in ("id", "tenant", "subscriber", "pattern", "dialect")
@@ -126,9 +130,7 @@ def open_tables(
     wrote no rows to is an empty view of the same columns."""
     deliveries_dir, unmatched_dir = locate(deliveries)
     if not deliveries_dir.is_dir():
-        raise UnknownQueryError(
-            "no_deliveries", f"{deliveries} is neither a route output nor its deliveries/"
-        )
+        raise MissingDeliveriesError(f"{deliveries} is neither a route output nor its deliveries/")
     import duckdb
 
     conn = duckdb.connect(":memory:")
@@ -235,9 +237,7 @@ def timeline(
 ) -> QueryResult:
     """Messages, deliveries and the unmatched rate per ``bucket`` of time, oldest first."""
     if bucket not in BUCKETS:
-        raise UnknownQueryError(
-            "invalid_bucket", f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}"
-        )
+        raise InvalidBucketError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
     return _run(
         conn,
         "timeline",
@@ -259,8 +259,8 @@ def never_matched(
     try:
         conn.execute("SELECT 1 FROM subscriptions LIMIT 0")
     except duckdb.CatalogException as e:
-        raise UnknownQueryError(
-            "needs_subscriptions", "never-matched needs a subscriptions export (--subscriptions)"
+        raise MissingSubscriptionsError(
+            "never-matched needs a subscriptions export (--subscriptions)"
         ) from e
     return _run(
         conn,
@@ -299,8 +299,6 @@ def run_query(
     ``bucket`` is for ``timeline``)."""
     query = QUERIES.get(name)
     if query is None:
-        raise UnknownQueryError(
-            "unknown_query", f"unknown query {name!r}; known: {', '.join(QUERIES)}"
-        )
+        raise UnknownQueryError(f"unknown query {name!r}; known: {', '.join(QUERIES)}")
     with open_tables(deliveries, subscriptions) as conn:
         return query(conn, limit, bucket)

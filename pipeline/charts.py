@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter, StrMethodFormatter
 
 from pipeline.analytics import QueryResult
-from pipeline.errors import UnknownQueryError
+from pipeline.errors import NoChartError
 
 #: Bars past this many are left out of a ranking chart (the table has them all).
 MAX_BARS: Final = 30
@@ -103,8 +103,6 @@ def write_chart(result: QueryResult, path: Path) -> None:
     """Draw ``result`` as its query's chart into the PNG ``path``."""
     chart = CHARTS.get(result.name)
     if chart is None:
-        raise UnknownQueryError(
-            "no_chart", f"no chart for {result.name!r}; charts exist for {', '.join(CHARTS)}"
-        )
+        raise NoChartError(f"no chart for {result.name!r}; charts exist for {', '.join(CHARTS)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     chart(result, path)

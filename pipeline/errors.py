@@ -1,5 +1,10 @@
 """Exceptions of the pipeline package: problems with a whole input (a missing column, an
-unreadable path), never with a single row; malformed rows go to ``rejects/`` instead."""
+unreadable path) or with a request (an unknown query), never with a single row; malformed
+rows go to ``rejects/`` instead.
+
+Each kind of refusal has its own class with a fixed ``code``, so a caller (the API, the
+command line) decides by class, and the code strings stay what clients already see.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +20,48 @@ class PipelineError(Exception):
         self.message = message
 
 
+class _FixedCodeError(PipelineError):
+    """A kind of refusal with its own fixed ``code``: raised with the message alone."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
+
+
 class InputSchemaError(PipelineError):
     """An input table lacks a required column or has one of an unusable type."""
 
 
-class UnknownQueryError(PipelineError):
-    """An analytics query name that does not exist, or one that needs an input not given."""
+class MissingColumnError(_FixedCodeError, InputSchemaError):
+    """An input table lacks a column the query or job needs."""
+
+    code = "missing_column"
+
+
+class UnknownQueryError(_FixedCodeError):
+    """An analytics query name that does not exist."""
+
+    code = "unknown_query"
+
+
+class MissingDeliveriesError(_FixedCodeError):
+    """The path given as the job's output holds no ``deliveries/`` table."""
+
+    code = "no_deliveries"
+
+
+class MissingSubscriptionsError(_FixedCodeError):
+    """A query that needs a subscriptions export was run without one."""
+
+    code = "needs_subscriptions"
+
+
+class InvalidBucketError(_FixedCodeError):
+    """A time bucket ``timeline`` does not know."""
+
+    code = "invalid_bucket"
+
+
+class NoChartError(_FixedCodeError):
+    """A chart asked for a query that has none."""
+
+    code = "no_chart"

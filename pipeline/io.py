@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline.errors import InputSchemaError
+from pipeline.errors import MissingColumnError
 from pipeline.schema import CORRUPT_COLUMN, JSON_MESSAGES, REJECT_SCHEMA, SUBSCRIPTIONS_SOURCE
 from pipeline.subscriptions import REQUIRED_COLUMNS, SubscriptionReject
 from store import Database
@@ -77,9 +77,7 @@ def store_subscriptions(database_url: str) -> pa.Table:
 def _check_subscription_columns(table: pa.Table, source: str) -> None:
     missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
     if missing:
-        raise InputSchemaError(
-            "missing_column", f"subscriptions in {source} have no {', '.join(missing)} column"
-        )
+        raise MissingColumnError(f"subscriptions in {source} have no {', '.join(missing)} column")
 
 
 def subscription_rejects(spark: SparkSession, rejects: list[SubscriptionReject]) -> DataFrame:

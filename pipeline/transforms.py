@@ -46,7 +46,7 @@ from pipeline.codes import (
     UNKNOWN_DIALECT,
     UNMATCHED,
 )
-from pipeline.errors import InputSchemaError
+from pipeline.errors import InputSchemaError, MissingColumnError
 from pipeline.executor import router_for
 from pipeline.schema import (
     CORRUPT_COLUMN,
@@ -127,9 +127,8 @@ def normalize_messages(messages: DataFrame) -> DataFrame:
     types = {field.name: field.dataType for field in messages.schema.fields}
     missing = [name for name in ("message_id", "topic", "ts") if name not in types]
     if missing:
-        raise InputSchemaError(
-            "missing_column",
-            f"messages have no {', '.join(missing)} column (need message_id, topic, ts)",
+        raise MissingColumnError(
+            f"messages have no {', '.join(missing)} column (need message_id, topic, ts)"
         )
     originals = [sf.col(name) for name in messages.columns if name != CORRUPT_COLUMN]
     message_id = _text(sf.col("message_id"), "message_id", types["message_id"])

@@ -14,7 +14,7 @@ from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.refusals import NotConfiguredError, NotFoundError, OperatorOnlyError, ServiceError
 from pipeline.analytics import BUCKETS, QUERIES, run_query
-from pipeline.errors import PipelineError
+from pipeline.errors import MissingDeliveriesError, MissingSubscriptionsError, PipelineError
 
 router = APIRouter(prefix="/v1", tags=["analytics"])
 
@@ -53,7 +53,7 @@ def analytics(
     try:
         result = run_query(query, root, subscriptions=subscriptions, limit=limit, bucket=bucket)
     except PipelineError as e:
-        if e.code in ("no_deliveries", "needs_subscriptions"):
+        if isinstance(e, MissingDeliveriesError | MissingSubscriptionsError):
             raise NotFoundError(e.message, code=e.code) from e
         raise ServiceError(e.message, code=e.code) from e
     body = {"query": query, "columns": list(result.columns), "rows": result.records()}

@@ -1,36 +1,26 @@
 """Fixtures for the API tests: the app on both backends through ``TestClient``, and a real
-``topicstore serve`` (uvicorn) in a subprocess on a free port of 127.0.0.1."""
+``topicstore serve`` (uvicorn) in a subprocess (``bench.server``)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from store import Database
+from bench.server import Server, start_server
+from tests.services import reset_postgres
 
 ADMIN = "admin-token-for-the-tests-0123"
 TOKEN_A = "token-of-tenant-acme-0123456789"
 TOKEN_B = "token-of-tenant-globex-01234567"
 TENANTS = {TOKEN_A: "acme", TOKEN_B: "globex"}
-
-#: Bounds for a server subprocess: how long it may take to answer /healthz, and to stop.
-STARTUP_TIMEOUT = 60.0
-STOP_TIMEOUT = 15.0
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -55,16 +45,6 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         **overrides,
     }
     return Settings(_env_file=None, **values)
-
-
-def reset_postgres(url: str) -> None:
-    """Empty the session's PostgreSQL database (tables and id sequences)."""
-    db = Database(url)
-    with db.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE subscription, change_log"))
-        conn.execute(sa.text("ALTER SEQUENCE subscription_id_seq RESTART"))
-        conn.execute(sa.text("ALTER SEQUENCE change_log_seq RESTART"))
-    db.dispose()
 
 
 @pytest.fixture(autouse=True)
@@ -145,110 +125,6 @@ def match_ids(
 
 # -- a real server ------------------------------------------------------------------------
 
-
-def topicstore_command() -> list[str]:
-    """The installed ``topicstore`` entry point of this interpreter's environment."""
-    script = Path(sys.executable).parent / "topicstore"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("topicstore")
-    if found is None:
-        pytest.fail("the topicstore command is not installed (pip install -e .)")
-    return [found]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def service_environment(**variables: str) -> dict[str, str]:
-    """This process's environment without any ``TOPICSTORE_*``, plus ``variables`` (named
-    without the prefix); output unbuffered so a test can read it while the server runs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOPICSTORE_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update({f"TOPICSTORE_{name.upper()}": value for name, value in variables.items()})
-    return env
-
-
-@dataclass
-class Server:
-    """A ``topicstore serve`` process; its stdout and stderr go to ``log``."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def client(self, headers: Mapping[str, str] = ADMIN_HEADERS) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=dict(headers), timeout=30)
-
-    def output(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")
-
-    def stop(self, *, kill: bool = False) -> int:
-        """Terminate (or kill) the process and wait for it; kill it if it lingers. Returns
-        the exit status (uvicorn re-raises SIGTERM after its graceful shutdown: -15)."""
-        if self.process.poll() is None:
-            if kill:
-                self.process.kill()
-            else:
-                self.process.terminate()
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=STOP_TIMEOUT)
-        return self.process.returncode
-
-    def wait_until(self, path: str, status: int) -> httpx.Response:
-        """Poll ``path`` until it answers ``status`` (failing if the process exits or the
-        startup bound passes)."""
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        last = "no answer"
-        while True:
-            if self.process.poll() is not None:
-                pytest.fail(f"server exited ({self.process.returncode}):\n{self.output()}")
-            try:
-                response = httpx.get(self.url + path, timeout=5)
-            except httpx.TransportError as e:
-                last = repr(e)
-            else:
-                if response.status_code == status:
-                    return response
-                last = f"{response.status_code} {response.text}"
-            if time.monotonic() > deadline:
-                pytest.fail(f"{path} never answered {status} (last: {last}):\n{self.output()}")
-            time.sleep(0.05)
-
-
-def start_server(directory: Path, **variables: str) -> Server:
-    """Start ``topicstore serve`` in ``directory`` with the given settings (``TOPICSTORE_*``
-    without the prefix) on a free port, and wait until it answers /healthz."""
-    port = free_port()
-    log = directory / f"server-{port}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*topicstore_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=service_environment(**variables),
-            cwd=directory,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = Server(process, port, log)
-    try:
-        server.wait_until("/healthz", 200)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
 ServerFactory = Callable[..., Server]
 
 
@@ -257,8 +133,8 @@ def serve(tmp_path: Path) -> Iterator[ServerFactory]:
     """``start_server`` in ``tmp_path``; every server started is stopped at the end."""
     started: list[Server] = []
 
-    def start(**variables: str) -> Server:
-        server = start_server(tmp_path, **variables)
+    def start(**settings: str) -> Server:
+        server = start_server(tmp_path, settings)
         started.append(server)
         return server
 

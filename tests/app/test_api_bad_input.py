@@ -17,8 +17,8 @@ from tests.app.conftest import (
     ADMIN_HEADERS,
     make_settings,
     match_ids,
-    reset_postgres,
 )
+from tests.services import reset_postgres
 
 MAX_BODY = 16_384
 MAX_BATCH = 5

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.server import Server, service_environment, start_server, topicstore_command
 from migrations.runner import upgrade
 from store import Database, DatabaseLockedError, NewSubscription, SubscriptionRepository
 from tests.app.conftest import (
@@ -25,11 +26,7 @@ from tests.app.conftest import (
     ADMIN_HEADERS,
     B_HEADERS,
     TENANTS,
-    Server,
     ServerFactory,
-    service_environment,
-    start_server,
-    topicstore_command,
 )
 
 WIRE_MAX_BODY = 4096
@@ -79,7 +76,7 @@ def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     backend), with a small body limit."""
     directory = tmp_path_factory.mktemp("wire")
     url = f"duckdb:///{directory / 'wire.duckdb'}"
-    server = start_server(directory, **settings_for(url, max_body_bytes=str(WIRE_MAX_BODY)))
+    server = start_server(directory, settings_for(url, max_body_bytes=str(WIRE_MAX_BODY)))
     try:
         server.wait_until("/readyz", 200)
         yield server
@@ -198,7 +195,7 @@ def test_every_acknowledged_write_is_matched_after_a_restart(
     first.wait_until("/readyz", 200)
     expected: dict[str, dict[str, list[int]]] = {"acme": {}, "globex": {}}
     headers = {"acme": A_HEADERS, "globex": B_HEADERS}
-    with first.client() as http_client:
+    with first.client(ADMIN_HEADERS) as http_client:
         for i in range(40):
             tenant = "acme" if i % 2 else "globex"
             body = {"subscriber": f"s{i % 3}", "pattern": f"restart.{i}.*"}
@@ -236,7 +233,7 @@ def test_writes_acknowledged_before_a_kill_survive_it(serve: ServerFactory, stor
     enough = threading.Event()
 
     def write() -> None:
-        with first.client() as http_client:
+        with first.client(ADMIN_HEADERS) as http_client:
             for i in range(100_000):
                 try:
                     response = http_client.post(
@@ -271,7 +268,7 @@ def test_refuses_to_start_without_an_admin_token(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'never.duckdb'}"
     result = subprocess.run(
         [*topicstore_command(), "serve", "--port", "1"],
-        env=service_environment(database_url=url, dev="false"),
+        env=service_environment({"database_url": url, "dev": "false"}),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -284,7 +281,7 @@ def test_refuses_to_start_without_an_admin_token(tmp_path: Path) -> None:
 
     short = subprocess.run(
         [*topicstore_command(), "serve", "--port", "1"],
-        env=service_environment(database_url=url, admin_token="short"),
+        env=service_environment({"database_url": url, "admin_token": "short"}),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -295,10 +292,10 @@ def test_refuses_to_start_without_an_admin_token(tmp_path: Path) -> None:
     assert "Traceback" not in short.stderr
 
 
-def _cli(tmp_path: Path, *args: str, **variables: str) -> subprocess.CompletedProcess[str]:
+def _cli(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*topicstore_command(), *args],
-        env=service_environment(**variables),
+        env=service_environment(settings),
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from bench.api_load import BATCH, HEALTHZ, MATCH, run_api_load, topic_for, workload
+from bench.api_load import BATCH, HEALTHZ, MATCH, run_api_load
 from bench.loadgen import wrk_path
+from bench.workloads import market_workload, topic_for
 from matcher import create_matcher
 
 CLIENTS = [
@@ -61,7 +62,7 @@ def test_topic_for_fills_stars_from_the_filler(
 
 
 def test_every_drawn_topic_matches_its_source_by_the_naive_matcher() -> None:
-    work = workload(2_000, 3_000, seed=3)
+    work = market_workload(2_000, 3_000, seed=3)
     assert len(work.subscriptions) == 2_000 and len(work.topics) == 3_000
     assert any("#" in pattern for _, pattern in work.subscriptions)
     assert any("*" in pattern for _, pattern in work.subscriptions)

@@ -1,17 +1,19 @@
 """The benchmark helpers do what the tables rely on: the concurrency plans hold the stated
 mix and only unsubscribe ids they added, the CPU budget interrupts a call that would never
-return, a budgeted pass stops early, percentiles are nearest-rank. No timings asserted."""
+return, a budgeted pass stops early, percentiles interpolate between samples. No timings
+asserted."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 
 import pytest
 
 from bench.concurrency import MATCH, MIXES, SUBSCRIBE, UNSUBSCRIBE, is_write, thread_ops
-from bench.latency import percentile
 from bench.passes import budgeted_pass
+from bench.percentiles import percentile
 from bench.timing import BudgetExceededError, cpu_budget, cpu_budget_available
 from bench.workloads import concurrency_key
 
@@ -49,12 +51,17 @@ def test_writes_spread_evenly() -> None:
     assert [k for k in range(30) if is_write(k, 1)] == [9, 19, 29]
 
 
-def test_percentile_is_nearest_rank() -> None:
-    samples = list(range(1, 101))
-    assert percentile(samples, 50) == 50
-    assert percentile(samples, 99) == 99
-    assert percentile([7], 99) == 7
+def test_percentile_interpolates_between_the_nearest_samples() -> None:
+    samples = list(range(100, 0, -1))  # 1..100, unsorted
+    # position (n - 1) x p / 100 in the sorted samples: 49.5 and 98.01
+    assert percentile(samples, 50) == pytest.approx(50.5)
+    assert percentile(samples, 99) == pytest.approx(99.01)
     assert percentile([3, 1, 2], 50) == 2
+    assert percentile([3, 1, 2], 1) == pytest.approx(1.02)
+    assert percentile([7], 99) == 7
+    assert math.isnan(percentile([], 50))
+    with pytest.raises(ValueError, match="1 to 99"):
+        percentile([1, 2], 100)
 
 
 @pytest.mark.skipif(not cpu_budget_available(), reason="needs SIGPROF and the main thread")

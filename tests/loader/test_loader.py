@@ -12,10 +12,10 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from bench.scratch_db import libpq_dsn
 from loader import Loader
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository, validate
-from tests.services import postgres_dsn
 
 Sub = NewSubscription
 
@@ -113,8 +113,7 @@ def test_writers_commit_in_sequence_order(postgres_url: str) -> None:
     db = Database(postgres_url)
     with db.engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE subscription, change_log"))
-    assert db.engine.url.database is not None
-    dsn = postgres_dsn(db.engine.url.database)
+    dsn = libpq_dsn(postgres_url)
     insert = (
         "INSERT INTO change_log (op, subscription_id, tenant, subscriber, pattern, dialect, kind)"
         " VALUES ('add', 0, 't', 's', 'p', 'amqp', 'topic') RETURNING seq"

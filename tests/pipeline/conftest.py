@@ -12,12 +12,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from bench.workloads import dense_pattern, dense_topic
 from matcher import Matcher, MatcherError, create_matcher
 from pipeline.session import spark_session
-
-#: Words of generated patterns and topics: few, so that patterns match often; the empty word
-#: is an AMQP word like any other.
-ALPHABET = ("a", "b", "c", "")
 
 # assertDataFrameEqual imports pandas-on-Spark, which warns unless this is set first.
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
@@ -28,17 +25,6 @@ def spark() -> Iterator[SparkSession]:
     session = spark_session("local[2]", app_name="topicstore-tests", shuffle_partitions=2)
     yield session
     session.stop()
-
-
-def random_pattern(rng: random.Random) -> str:
-    """1-5 words of the alphabet, ``*`` or ``#`` (several ``#`` included)."""
-    words = rng.randint(1, 5)
-    return ".".join(rng.choice((*ALPHABET, "*", "#", "#")) for _ in range(words))
-
-
-def random_topic(rng: random.Random) -> str:
-    """0-5 words of the alphabet (0 words is the empty topic)."""
-    return ".".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 5)))
 
 
 @dataclass(frozen=True)
@@ -65,10 +51,10 @@ def generate(
 ) -> Generated:
     rng = random.Random(seed)
     subs = [
-        (1000 + i, rng.choice(tenants), f"sub-{i % 7}", random_pattern(rng))
+        (1000 + i, rng.choice(tenants), f"sub-{i % 7}", dense_pattern(rng))
         for i in range(subscriptions)
     ]
-    msgs = [(f"m{k:05d}", rng.choice(tenants), random_topic(rng)) for k in range(messages)]
+    msgs = [(f"m{k:05d}", rng.choice(tenants), dense_topic(rng)) for k in range(messages)]
     return Generated(subs, msgs)
 
 

@@ -15,7 +15,14 @@ from typer.testing import CliRunner
 from pipeline.analytics import QUERIES, run_query
 from pipeline.charts import CHARTS, write_chart
 from pipeline.cli import app
-from pipeline.errors import UnknownQueryError
+from pipeline.errors import (
+    InvalidBucketError,
+    MissingColumnError,
+    MissingDeliveriesError,
+    MissingSubscriptionsError,
+    NoChartError,
+    UnknownQueryError,
+)
 from tests.routed import write_routed
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -95,7 +102,7 @@ def test_timeline_and_unmatched_rate(routed: Path) -> None:
         "unmatched": 2,
         "unmatched_rate": 0.4,
     }
-    with pytest.raises(UnknownQueryError) as bad:
+    with pytest.raises(InvalidBucketError) as bad:
         run_query("timeline", routed, bucket="fortnight")
     assert bad.value.code == "invalid_bucket"
 
@@ -104,7 +111,7 @@ def test_subscriptions_that_never_matched(routed: Path) -> None:
     result = run_query("never-matched", routed, subscriptions=routed / "subscriptions.parquet")
     assert result.columns == ("id", "tenant", "subscriber", "pattern", "dialect")
     assert result.rows == [(5, "t2", "eve", "z.#", "amqp"), (6, "t1", "frank", "y", "amqp")]
-    with pytest.raises(UnknownQueryError) as missing:
+    with pytest.raises(MissingSubscriptionsError) as missing:
         run_query("never-matched", routed)
     assert missing.value.code == "needs_subscriptions"
 
@@ -116,6 +123,14 @@ def test_minimal_subscription_exports_get_default_columns(routed: Path, tmp_path
     )
     result = run_query("never-matched", routed, subscriptions=tmp_path / "s.parquet")
     assert result.rows == [(6, "default", "f", "y", "amqp"), (7, "default", "g", "w", "amqp")]
+
+
+def test_a_subscriptions_export_without_patterns_is_refused(routed: Path, tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": [6], "subscriber": ["f"]}), tmp_path / "s.parquet")
+    with pytest.raises(MissingColumnError) as refused:
+        run_query("never-matched", routed, subscriptions=tmp_path / "s.parquet")
+    assert refused.value.code == "missing_column"
+    assert "pattern" in refused.value.message
 
 
 def test_empty_tables_give_empty_answers(tmp_path: Path) -> None:
@@ -137,7 +152,7 @@ def test_unknown_queries_and_paths_are_refused(routed: Path, tmp_path: Path) -> 
     with pytest.raises(UnknownQueryError) as unknown:
         run_query("everything", routed)
     assert unknown.value.code == "unknown_query"
-    with pytest.raises(UnknownQueryError) as nowhere:
+    with pytest.raises(MissingDeliveriesError) as nowhere:
         run_query("tenants", tmp_path / "nothing")
     assert nowhere.value.code == "no_deliveries"
 
@@ -151,7 +166,7 @@ def test_charts_are_png_files(routed: Path, tmp_path: Path, query: str) -> None:
 
 
 def test_a_query_without_a_chart_is_refused(routed: Path, tmp_path: Path) -> None:
-    with pytest.raises(UnknownQueryError) as refused:
+    with pytest.raises(NoChartError) as refused:
         write_chart(run_query("tenants", routed), tmp_path / "t.png")
     assert refused.value.code == "no_chart"
 
