@@ -29,6 +29,7 @@ from matcher.trie import (
     TrieWalker,
     WalkRoot,
     child_for,
+    last_hash,
     walk,
 )
 
@@ -38,7 +39,7 @@ _NO_CHILDREN: Map[str, _PNode] = Map()
 class _PNode:
     """A persistent node: never mutated once another thread may see it."""
 
-    __slots__ = ("children", "hash", "ids", "is_hash", "star")
+    __slots__ = ("children", "feeds", "hash", "ids", "is_hash", "star")
 
     def __init__(
         self,
@@ -47,29 +48,46 @@ class _PNode:
         hash: _PNode | None = None,
         ids: IdSet | None = None,
         is_hash: bool = False,
+        feeds: int = 0,
     ) -> None:
         self.children = children
         self.star = star
         self.hash = hash
         self.ids = ids
         self.is_hash = is_hash
+        self.feeds = feeds
 
     def is_empty(self) -> bool:
         return not (self.children or self.star or self.hash or self.ids)
 
 
 class _PRoot(_PNode):
-    """A version of the whole matcher: the trie, its counters and the id -> pattern table."""
+    """A version of the whole matcher: the trie, its counters, the id -> pattern table and
+    how many patterns have each tail length (``WalkRoot.max_tail`` is the longest)."""
 
-    __slots__ = ("hash_count", "node_count", "patterns")
+    __slots__ = ("hash_count", "max_tail", "node_count", "patterns", "tails")
 
     def __init__(
-        self, node: _PNode, node_count: int, hash_count: int, patterns: Map[int, str]
+        self,
+        node: _PNode,
+        node_count: int,
+        hash_count: int,
+        patterns: Map[int, str],
+        tails: Map[int, int],
     ) -> None:
-        super().__init__(node.children, node.star, node.hash, node.ids, False)
+        super().__init__(node.children, node.star, node.hash, node.ids, False, node.feeds)
         self.node_count = node_count
         self.hash_count = hash_count
         self.patterns = patterns
+        self.tails = tails
+        self.max_tail = max(tails, default=0)
+
+
+def _tails_with(tails: Map[int, int], tokens: Tokens, delta: int) -> Map[int, int]:
+    """``tails`` with the count of ``tokens``' tail length moved by ``delta``."""
+    tail = len(tokens) - 1 - last_hash(tokens)
+    count = tails.get(tail, 0) + delta
+    return tails.set(tail, count) if count else tails.delete(tail)
 
 
 def _with_id(ids: IdSet | None, sub_id: int) -> IdSet:
@@ -104,55 +122,65 @@ def _frozen(node: TrieNode) -> _PNode:
         None if node.hash is None else _frozen(node.hash),
         ids,
         node.is_hash,
+        node.feeds,
     )
 
 
-def _replaced(node: _PNode, token: Token, child: _PNode | None) -> _PNode:
-    """A copy of ``node`` whose ``token`` edge leads to ``child`` (None: no such edge)."""
+def _replaced(node: _PNode, token: Token, child: _PNode | None, feeds: int) -> _PNode:
+    """A copy of ``node`` whose ``token`` edge leads to ``child`` (None: no such edge) and
+    whose ``feeds`` count moves by ``feeds``."""
+    feeds += node.feeds
     if token is ONE:
-        return _PNode(node.children, child, node.hash, node.ids, node.is_hash)
+        return _PNode(node.children, child, node.hash, node.ids, node.is_hash, feeds)
     if token is MANY:
-        return _PNode(node.children, node.star, child, node.ids, node.is_hash)
+        return _PNode(node.children, node.star, child, node.ids, node.is_hash, feeds)
     assert isinstance(token, str)
     children = node.children.delete(token) if child is None else node.children.set(token, child)
-    return _PNode(children, node.star, node.hash, node.ids, node.is_hash)
+    return _PNode(children, node.star, node.hash, node.ids, node.is_hash, feeds)
 
 
-def _inserted(node: _PNode, path: Tokens, i: int, sub_id: int, counts: list[int]) -> _PNode:
+def _inserted(
+    node: _PNode, path: Tokens, i: int, sub_id: int, counts: list[int], last: int
+) -> _PNode:
     """The copy of ``node`` with the subscription added ``path[i:]`` below it; ``counts``
-    (nodes, ``#`` nodes) grows by the nodes created. Plain recursion, no closure: a closure
-    calling itself is a reference cycle, garbage only the cyclic collector frees."""
+    (nodes, ``#`` nodes) grows by the nodes created; ``last`` is ``last_hash(path)``. Plain
+    recursion, no closure: a closure calling itself is a reference cycle, garbage only the
+    cyclic collector frees."""
     if i == len(path):
-        return _PNode(node.children, node.star, node.hash, _with_id(node.ids, sub_id), node.is_hash)
+        ids = _with_id(node.ids, sub_id)
+        return _PNode(node.children, node.star, node.hash, ids, node.is_hash, node.feeds)
     token = path[i]
     child = child_for(node, token)
     if child is None:
         child = _PNode(is_hash=token is MANY)
         counts[0] += 1
         counts[1] += token is MANY
-    return _replaced(node, token, _inserted(child, path, i + 1, sub_id, counts))
+    below = _inserted(child, path, i + 1, sub_id, counts, last)
+    return _replaced(node, token, below, i <= last)
 
 
-def _deleted(node: _PNode, path: Tokens, i: int, sub_id: int, counts: list[int]) -> _PNode | None:
+def _deleted(
+    node: _PNode, path: Tokens, i: int, sub_id: int, counts: list[int], last: int
+) -> _PNode | None:
     """The copy of ``node`` without the subscription; None when that copy is empty (pruned
     from its parent); ``node`` itself when nothing changes."""
     if i == len(path):
         if node.ids is None or sub_id not in node.ids:
             return node
         ids = _without_id(node.ids, sub_id)
-        copy = _PNode(node.children, node.star, node.hash, ids, node.is_hash)
+        copy = _PNode(node.children, node.star, node.hash, ids, node.is_hash, node.feeds)
     else:
         token = path[i]
         child = child_for(node, token)
         if child is None:
             return node
-        new_child = _deleted(child, path, i + 1, sub_id, counts)
+        new_child = _deleted(child, path, i + 1, sub_id, counts, last)
         if new_child is child:
             return node
         if new_child is None:
             counts[0] -= 1
             counts[1] -= child.is_hash
-        copy = _replaced(node, token, new_child)
+        copy = _replaced(node, token, new_child, -(i <= last))
     return None if copy.is_empty() else copy
 
 
@@ -187,7 +215,7 @@ class CsTrieMatcher(TrieWalker):
 
     def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None:
         super().__init__(dialect, limits)
-        self._root = _PRoot(_PNode(), 1, 0, Map())
+        self._root = _PRoot(_PNode(), 1, 0, Map(), Map())
 
     def snapshot(self) -> CsTrieSnapshot:
         """The current version, O(1)."""
@@ -210,8 +238,15 @@ class CsTrieMatcher(TrieWalker):
     def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         old = self._root
         counts = [old.node_count, old.hash_count]
-        new = _inserted(old, canonical(tokens), 0, sub_id, counts)
-        self._root = _PRoot(new, counts[0], counts[1], old.patterns.set(sub_id, pattern))
+        tokens = canonical(tokens)
+        new = _inserted(old, tokens, 0, sub_id, counts, last_hash(tokens))
+        self._root = _PRoot(
+            new,
+            counts[0],
+            counts[1],
+            old.patterns.set(sub_id, pattern),
+            _tails_with(old.tails, tokens, 1),
+        )
 
     def _add_many(self, items: list[tuple[int, Tokens, str]]) -> None:
         """Large batches (loading at startup) are built in a mutable trie and frozen in one
@@ -230,10 +265,18 @@ class CsTrieMatcher(TrieWalker):
                 patterns[sub_id] = text
             table = patterns.finish()
         tree = scratch._root
-        self._root = _PRoot(_frozen(tree), tree.node_count, tree.hash_count, table)
+        tails = Map(tree.tails.counts)
+        self._root = _PRoot(_frozen(tree), tree.node_count, tree.hash_count, table, tails)
 
     def _remove(self, sub_id: int, tokens: Tokens) -> None:
         old = self._root
         counts = [old.node_count, old.hash_count]
-        new = _deleted(old, canonical(tokens), 0, sub_id, counts) or _PNode()
-        self._root = _PRoot(new, counts[0], counts[1], old.patterns.delete(sub_id))
+        tokens = canonical(tokens)
+        new = _deleted(old, tokens, 0, sub_id, counts, last_hash(tokens)) or _PNode()
+        self._root = _PRoot(
+            new,
+            counts[0],
+            counts[1],
+            old.patterns.delete(sub_id),
+            _tails_with(old.tails, tokens, -1),
+        )

@@ -10,6 +10,12 @@ The NFA is a persistent ``cs_trie`` version, so each DFA belongs to exactly one 
 a write publishes a new version with a new, empty DFA, and a reader that holds the previous
 one still sees a consistent, complete matcher. Past ``Limits.max_dfa_states`` the DFA is
 flushed and rebuilt lazily, so memory stays bounded whatever the topics.
+
+Building a state costs O(nodes in it), and a cold topic can need a new state per word (a
+128-word key against ``#``-heavy patterns: ~300 nodes per state). So one match builds states
+worth at most ``BUILD_BUDGET`` nodes; past that it finishes on the trie walk from the state
+it reached (same answer, O(frontier) per word, nothing cached). A topic seen again extends
+its cached path by that budget each time, so hot topics still end up one lookup per word.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from matcher.base import EMPTY, MatchResult
 from matcher.cs_trie import CsTrieMatcher
 from matcher.grammar import Tokens
 from matcher.limits import Limits
-from matcher.trie import WalkNode, WalkRoot, closure
+from matcher.trie import WalkNode, WalkRoot, closure, walk_from
 
 
 class _Key:
@@ -28,6 +34,10 @@ class _Key:
 
     __slots__ = ()
 
+
+#: Trie nodes' worth of DFA states one match may build before it finishes on the trie walk
+#: (a state of k nodes costs about k steps to build, as a walk level of k nodes does).
+BUILD_BUDGET: Final = 512
 
 #: Keys of a state's transition dictionary that are not words.
 _STATE: Final = _Key()
@@ -66,9 +76,10 @@ class _Dfa:
     old tables finish there).
     """
 
-    __slots__ = ("max_states", "max_transitions", "start", "states", "transitions")
+    __slots__ = ("max_states", "max_transitions", "root", "start", "states", "transitions")
 
     def __init__(self, root: WalkRoot, max_states: int, max_transitions: int) -> None:
+        self.root = root
         self.max_states = max_states
         self.max_transitions = max_transitions
         self.transitions = 0
@@ -129,6 +140,16 @@ class _Dfa:
         return len(self.states)
 
 
+def _walked(root: WalkRoot, nodes: tuple[WalkNode, ...], words: list[str]) -> MatchResult:
+    """Ids reached by walking the trie of ``root`` from the DFA state ``nodes`` over
+    ``words``: the same answer the DFA would give, without building states."""
+    found: set[int] = set()
+    for node in walk_from(list(nodes), words, root.max_tail, None):
+        if node.ids:
+            found.update(node.ids)
+    return frozenset(found) if found else EMPTY
+
+
 class DfaMatcher(CsTrieMatcher):
     """Match O(words) dictionary lookups once warm; each write starts a new, empty DFA."""
 
@@ -150,10 +171,15 @@ class DfaMatcher(CsTrieMatcher):
         words = self._split(topic)
         dfa = self._dfa  # one read: a version's DFA only ever sees that version
         trans = dfa.start.trans
-        for word in words:
+        budget = BUILD_BUDGET
+        for position, word in enumerate(words):
             try:
                 trans = trans[word]
             except KeyError:
+                nodes = trans[_STATE].nodes
+                budget -= len(nodes)
+                if budget < 0:
+                    return _walked(dfa.root, nodes, words[position:])
                 trans = dfa.step(trans, word)
         result: MatchResult = trans[_RESULT]
         return result

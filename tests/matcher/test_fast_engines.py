@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from bench.workloads import adversarial_workload
 from matcher import (
     CapacityError,
     InvalidPatternError,
@@ -16,7 +17,8 @@ from matcher import (
 )
 from matcher.cache import CachedMatcher
 from matcher.cs_trie import CsTrieMatcher
-from matcher.dfa import _RESULT, DfaMatcher
+from matcher.dfa import _RESULT, BUILD_BUDGET, DfaMatcher
+from matcher.grammar import AMQP, pattern_matches
 from matcher.trie import TrieMatcher
 
 
@@ -137,3 +139,48 @@ def test_bulk_load_is_all_or_nothing() -> None:
     assert len(m) == 1 and set(m.match("x.y")) == set()
     with pytest.raises(CapacityError):
         create_matcher("trie", limits=Limits(max_subscriptions=10)).subscribe_many(items)
+
+
+def test_dfa_cold_topic_builds_within_budget_then_warms_up() -> None:
+    """A 128-word key against '#'-heavy patterns would need a new, large state per word:
+    one match builds at most BUILD_BUDGET nodes' worth and finishes on the trie walk (same
+    answer); matching the topic again extends the cached path until it is all DFA."""
+    patterns = adversarial_workload(300, 4, seed=3).patterns
+    topics = adversarial_workload(300, 4, seed=3).messages
+    m = DfaMatcher()
+    reference = create_matcher("naive")
+    for i, p in enumerate(patterns):
+        m.subscribe(i, p)
+        reference.subscribe(i, p)
+    for topic in topics:
+        states = m.state_count()
+        assert set(m.match(topic)) == set(reference.match(topic))
+        assert m.state_count() - states <= BUILD_BUDGET
+    topic = topics[0]
+    for _ in range(len(topic.split(".")) + 1):
+        before = m.state_count()
+        assert set(m.match(topic)) == set(reference.match(topic))
+    assert m.state_count() == before  # fully cached: the last match built nothing
+
+
+def test_long_topics_prune_the_walk_exactly() -> None:
+    """Before the last max_tail words only nodes that lead to a '#' not yet reached are
+    kept; the answer stays the rule's, and the walk's levels stay far below the full
+    frontier (counted, never timed)."""
+    workload = adversarial_workload(1_000, 20, seed=1)
+    m = TrieMatcher()
+    for i, p in enumerate(workload.patterns):
+        m.subscribe(i, p)
+    m._check()
+    for topic in workload.messages:
+        words = AMQP.split_topic(topic)
+        sizes: list[int] = []
+        m._walk(words, sizes)
+        assert len(sizes) == len(words) + 1
+        assert max(sizes) <= m.node_count()
+        expected = {
+            i
+            for i, p in enumerate(workload.patterns)
+            if pattern_matches(AMQP.parse_pattern(p), words)
+        }
+        assert set(m.match(topic)) == expected
