@@ -1,4 +1,4 @@
-"""``cs_trie``: seed 001's concurrent subscription trie, in Python terms.
+"""``cs_trie``: the concurrent subscription trie (a Ctrie generalized to topics), in Python terms.
 
 Nodes are persistent: a writer never changes a node a reader can reach. It copies the path
 from the root to the node it changes (path copying) and publishes the new root with one

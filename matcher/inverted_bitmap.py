@@ -1,11 +1,11 @@
-"""``inverted_bitmap``: seed 002's technique, one bitmap of subscription ids per concrete topic.
+"""``inverted_bitmap``: OpenAMQ's inverted bitmap, one bitmap of subscription ids per concrete topic.
 
 A topic is "compiled" the first time it is seen; after that a match is one dictionary
 lookup. Compiling walks a ``trie`` kept beside the table (``TrieMatcher``, the same walk the
 ``trie`` engine uses), so a cold topic costs what a ``trie`` match costs, O(frontier x
 words), not one test per distinct pattern: high-cardinality topics (device ids) stay cheap.
 Writes pay instead: a subscribe tests its pattern against every compiled topic ("recompile
-when a new topic is detected", seed 002), O(compiled topics) per write, at most
+when a new topic is detected", OpenAMQ), O(compiled topics) per write, at most
 ``Limits.max_compiled_topics`` pattern tests. The topic table evicts the least recently used
 topic past that bound, so an unbounded topic space cannot exhaust memory.
 """

@@ -1,4 +1,4 @@
-"""Explicit, configurable bounds on every matcher input (seed 000, "Take It to the Limit")."""
+"""Explicit, configurable bounds on every matcher input ("Take It to the Limit", the sequel to "Fast Topic Matching")."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class Limits:
     max_words: int = 256
     max_subscriptions: int = 10_000_000
     #: ``inverted_bitmap`` only: concrete topics kept compiled before the least recently used
-    #: one is evicted (seed 002's table grows with every new topic otherwise).
+    #: one is evicted (the OpenAMQ design's table grows with every new topic otherwise).
     max_compiled_topics: int = 65_536
     #: ``dfa`` only: states kept before the automaton is flushed and rebuilt lazily.
     max_dfa_states: int = 262_144

@@ -1,4 +1,4 @@
-"""``optimized_inverted_bitmap``: seed 000's per-position roaring bitmaps, extended to ``#``.
+"""``optimized_inverted_bitmap``: "Fast Topic Matching"'s per-position roaring bitmaps, extended to ``#``.
 
 Seed 000 keeps, for each word position, one bitmap per word that patterns name there plus an
 "other" row (patterns with ``*`` at that position) and a "null" row (patterns too short to

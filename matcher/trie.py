@@ -1,7 +1,7 @@
 """``trie``: a word trie with ``*`` and ``#`` edges, walked breadth-first over the topic.
 
 The walk keeps, for each topic position, the set of trie nodes reachable there (an NFA
-simulation, as in seed 003's DFA without the caching). A node enters a level at most once,
+simulation, as in RabbitMQ's lazy DFA without the caching). A node enters a level at most once,
 so a match costs at most ``nodes x (words + 1)`` steps whatever the ``#`` count; RabbitMQ's
 backtracking trie takes exponential time on ``#.#.#.#.#.a`` against long keys.
 

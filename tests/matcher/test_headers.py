@@ -1,4 +1,4 @@
-"""The headers engine against a plain scan, plus seed 002's worked example."""
+"""The headers engine against a plain scan, plus the worked example of OpenAMQ's "Field Matching"."""
 
 from __future__ import annotations
 
