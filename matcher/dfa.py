@@ -1,4 +1,5 @@
-"""``dfa``: RabbitMQ's topic-routing DFA, built lazily over the ``cs_trie``, the way good regex engines do.
+"""``dfa``: RabbitMQ's topic-routing DFA, built lazily over the ``cs_trie``, the way good regex
+engines do.
 
 A DFA state is the set of trie nodes the NFA walk would hold at some position (closure
 included). Transitions are computed on first use and cached per word; words that no node of

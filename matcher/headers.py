@@ -1,4 +1,5 @@
-"""``headers``: content-based routing on message fields (OpenAMQ's "Field Matching": one bitmap per criterion, hit counts).
+"""``headers``: content-based routing on message fields (OpenAMQ's "Field Matching": one
+bitmap per criterion, hit counts).
 
 A subscription is a set of criteria, each ``field=value`` or ``field`` present, with mode
 ``all`` (every criterion must hold) or ``any`` (at least one). Each criterion owns a roaring

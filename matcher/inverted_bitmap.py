@@ -1,4 +1,5 @@
-"""``inverted_bitmap``: OpenAMQ's inverted bitmap, one bitmap of subscription ids per concrete topic.
+"""``inverted_bitmap``: OpenAMQ's inverted bitmap, one bitmap of subscription ids per
+concrete topic.
 
 A topic is "compiled" the first time it is seen; after that a match is one dictionary
 lookup. Compiling walks a ``trie`` kept beside the table (``TrieMatcher``, the same walk the

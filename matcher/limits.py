@@ -1,4 +1,5 @@
-"""Explicit, configurable bounds on every matcher input ("Take It to the Limit", the sequel to "Fast Topic Matching")."""
+"""Explicit, configurable bounds on every matcher input ("Take It to the Limit", the sequel
+to "Fast Topic Matching")."""
 
 from __future__ import annotations
 

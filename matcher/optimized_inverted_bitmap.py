@@ -1,8 +1,9 @@
-"""``optimized_inverted_bitmap``: "Fast Topic Matching"'s per-position roaring bitmaps, extended to ``#``.
+"""``optimized_inverted_bitmap``: "Fast Topic Matching"'s per-position roaring bitmaps,
+extended to ``#``.
 
-Seed 000 keeps, for each word position, one bitmap per word that patterns name there plus an
+The original keeps, for each word position, one bitmap per word that patterns name there plus an
 "other" row (patterns with ``*`` at that position) and a "null" row (patterns too short to
-reach it); a match ANDs one row per position. Seed 003 notes that per-word indexing cannot
+reach it); a match ANDs one row per position. RabbitMQ's routing notes that per-word indexing cannot
 express ``#``. Here patterns are grouped by shape so it can, exactly:
 
 * a ``#``-free pattern of L words joins the exact group for length L, indexed by position

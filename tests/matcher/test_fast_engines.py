@@ -38,8 +38,8 @@ def test_snapshot_is_frozen_in_time() -> None:
 
 def test_cs_trie_insert_copies_only_the_path() -> None:
     """Path copying: an insert shares every untouched subtree with the previous version, so
-    its cost does not grow with the fan-out of the nodes it passes (the "Fast Topic Matching" Go cs-trie
-    copied whole levels)."""
+    its cost does not grow with the fan-out of the nodes it passes (the "Fast Topic Matching"
+    Go cs-trie copied whole levels)."""
     m = CsTrieMatcher()
     for i in range(2_000):
         m.subscribe(i, f"w{i}.x.y")

@@ -1,4 +1,5 @@
-"""The headers engine against a plain scan, plus the worked example of OpenAMQ's "Field Matching"."""
+"""The headers engine against a plain scan, plus the worked example of OpenAMQ's
+"Field Matching"."""
 
 from __future__ import annotations
 
