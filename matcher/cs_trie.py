@@ -7,10 +7,9 @@ version for a whole match (linearizable: the assignment is the linearization poi
 Writers serialize on the matcher's write lock, so no CAS retry loop is needed.
 
 The "Fast Topic Matching" Go cs-trie copied a whole level's map per insert, O(fan-out),
-and took 13 s to
-load 10,000 subscriptions with distinct first words. Children here live in an ``immutables``
-HAMT, so an insert costs O(depth x log fan-out). ``snapshot()`` is O(1): it hands out the
-current root, which later writes never change.
+and took 13 s to load 10,000 subscriptions with distinct first words. Children here live in
+an ``immutables`` HAMT, so an insert costs O(depth x log fan-out). ``snapshot()`` is O(1): it
+hands out the current root, which later writes never change.
 """
 
 from __future__ import annotations
