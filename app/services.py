@@ -37,6 +37,7 @@ class Services:
             settings.engines,
             limits=settings.limits(),
             cache_size=settings.cache_size,
+            shadow_every=settings.shadow_every,
             poll_interval=settings.poll_interval,
             reconcile_interval=settings.reconcile_interval,
         )

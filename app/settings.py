@@ -25,6 +25,12 @@ class Settings(BaseSettings):
         list(DEFAULT_ENGINES), description="Matching engines to build; the first answers."
     )
     cache_size: int = Field(0, ge=0, description="Result cache per matcher (0 = off).")
+    shadow_every: int = Field(
+        100,
+        ge=0,
+        description="Answer one match in N with the other engines too and count "
+        "disagreements in /metrics (0 = off; needs two or more engines).",
+    )
     poll_interval: float = Field(
         1.0, gt=0, description="Seconds between change-log polls (PostgreSQL safety net)."
     )

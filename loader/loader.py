@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from loader.shadow import ShadowCheck
 from loader.table import DEFAULT_ENGINES, RoutingTable
 from matcher import Limits
 from store.db import CHANGES_CHANNEL, Database
@@ -51,6 +52,7 @@ class Loader:
         cache_size: int = 0,
         poll_interval: float = 1.0,
         reconcile_interval: float | None = None,
+        shadow_every: int = 0,
     ) -> None:
         self.db = db
         self.engines = tuple(engines)
@@ -58,6 +60,7 @@ class Loader:
         self.cache_size = cache_size
         self.poll_interval = poll_interval
         self.reconcile_interval = reconcile_interval
+        self.shadow = ShadowCheck(shadow_every)
         self.table = self._new_table()
         self.ready = threading.Event()
         self.rebuild_seconds = 0.0
@@ -69,7 +72,7 @@ class Loader:
         self._threads: list[threading.Thread] = []
 
     def _new_table(self) -> RoutingTable:
-        return RoutingTable(self.engines, self.limits, self.cache_size)
+        return RoutingTable(self.engines, self.limits, self.cache_size, self.shadow)
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Final, NamedTuple
 
 from immutables import Map
 
+from loader.shadow import ShadowCheck
 from matcher import EMPTY, HeadersMatcher, Limits, Matcher, MatchResult, create_matcher
 from store.records import HEADERS_DIALECT, Change
 
@@ -42,7 +43,8 @@ class Snapshot:
 class RoutingTable:
     """Matchers for every (tenant, dialect), kept current by one applier thread at a time.
 
-    ``engines`` are all built and kept current; the first answers matches.
+    ``engines`` are all built and kept current; the first answers matches, and with a
+    ``shadow`` check the others answer a sample of matches too (see ``loader.shadow``).
     """
 
     def __init__(
@@ -50,10 +52,12 @@ class RoutingTable:
         engines: Sequence[str] = DEFAULT_ENGINES,
         limits: Limits | None = None,
         cache_size: int = 0,
+        shadow: ShadowCheck | None = None,
     ) -> None:
         if not engines:
             raise ValueError("at least one engine is needed")
         self.engines = tuple(engines)
+        self.shadow = shadow if len(self.engines) > 1 else None
         self.limits = limits
         self.cache_size = cache_size
         self._topic: dict[tuple[str, str], dict[str, Matcher]] = {}
@@ -81,7 +85,17 @@ class RoutingTable:
         if matchers is None:
             _validator(dialect, self.limits).match(topic)
             return EMPTY
-        return matchers[self.engines[0]].match(topic)
+        primary = self.engines[0]
+        shadow = self.shadow
+        if shadow is None or not shadow.due():
+            return matchers[primary].match(topic)
+        seq, writing = self._catalog.seq, self._apply_lock.locked()
+        answer = matchers[primary].match(topic)
+        others = {name: m for name, m in matchers.items() if name != primary}
+        wrong = [name for name, m in others.items() if set(m.match(topic)) != set(answer)]
+        if not writing and not self._apply_lock.locked() and self._catalog.seq == seq:
+            shadow.record(wrong, topic, f"tenant {tenant!r}, {dialect}")
+        return answer
 
     def match_headers(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
         matcher = self._headers.get(tenant)

@@ -8,7 +8,7 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.dependencies import AdminCaller, ServicesDep
@@ -80,7 +80,7 @@ class ServiceCollector(Collector):
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         loader = self.services.loader
         table = loader.table
         yield GaugeMetricFamily(
@@ -94,6 +94,16 @@ class ServiceCollector(Collector):
             "topicstore_rebuild_seconds",
             "Duration of the last full build",
             value=loader.rebuild_seconds,
+        )
+        yield CounterMetricFamily(
+            "topicstore_shadow_checks",
+            "Matches answered by every engine and compared (TOPICSTORE_SHADOW_EVERY)",
+            value=loader.shadow.checks,
+        )
+        yield CounterMetricFamily(
+            "topicstore_shadow_disagreements",
+            "Shadow checks where an engine disagreed with the answering one (a bug)",
+            value=loader.shadow.disagreements,
         )
         if loader.ready.is_set():
             yield GaugeMetricFamily(

@@ -55,7 +55,7 @@ def test_startup_loads_the_store_then_is_ready_with_no_lag(
         )
     db.dispose()  # the DuckDB file must be free for the server
 
-    server = serve(**settings_for(store_url))
+    server = serve(**settings_for(store_url, shadow_every="1"))
     ready = server.wait_until("/readyz", 200).json()
     assert ready == {"ready": True, "seq": 40, "lag": 0, "subscriptions": 40}
     with server.client(A_HEADERS) as http_client:
@@ -65,6 +65,9 @@ def test_startup_loads_the_store_then_is_ready_with_no_lag(
     assert re.search(r"^topicstore_subscriptions 40\.0$", metrics, re.M), metrics
     assert re.search(r"^topicstore_ready 1\.0$", metrics, re.M)
     assert re.search(r"^topicstore_change_lag 0\.0$", metrics, re.M)
+    # Both default engines answered the one match (shadow check on every match) and agreed.
+    assert re.search(r"^topicstore_shadow_checks_total 1\.0$", metrics, re.M), metrics
+    assert re.search(r"^topicstore_shadow_disagreements_total 0\.0$", metrics, re.M)
     assert 'topicstore_http_requests_total{method="GET",route="/v1/match",status="200"} 1.0' in (
         metrics
     )
