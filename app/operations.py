@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 from app.auth import Caller
 from app.refusals import BatchTooLargeError, NotFoundError, QuotaExceededError, ServiceError
@@ -29,6 +30,8 @@ from app.settings import Settings
 from matcher import MatcherError
 from store import Database, NewSubscription, StoreError, SubscriptionRepository, validate
 from store.export import export_parquet
+
+_NEW_FIELDS: Final = tuple(NewSubscription.__dataclass_fields__)
 
 
 class AdminOperations:
@@ -148,19 +151,13 @@ class AdminOperations:
     # -- rules --------------------------------------------------------------------------
 
     def _new(self, item: SubscriptionIn, caller: Caller) -> NewSubscription:
-        return validate(
-            NewSubscription(
-                subscriber=item.subscriber,
-                pattern=item.pattern,
-                tenant=caller.tenant_for(item.tenant),
-                dialect=item.dialect,
-                kind=item.kind,
-                criteria=None if item.criteria is None else tuple(item.criteria.items()),
-                mode=item.mode,
-                labels=item.labels,
-            ),
-            self._limits,
-        )
+        """The validated record of ``item`` (its fields by name: a new column is a field of
+        both, not an edit here)."""
+        values = {name: getattr(item, name) for name in _NEW_FIELDS}
+        values["tenant"] = caller.tenant_for(item.tenant)
+        if item.criteria is not None:
+            values["criteria"] = tuple(item.criteria.items())
+        return validate(NewSubscription(**values), self._limits)
 
     def _check_quota(self, repo: SubscriptionRepository, adding: dict[str, int]) -> None:
         """Refuse when a tenant would hold more than its quota after this write (checked

@@ -43,18 +43,11 @@ class SubscriptionOut(BaseModel):
 
     @classmethod
     def of(cls, row: StoredSubscription) -> SubscriptionOut:
-        return cls(
-            id=row.id,
-            tenant=row.tenant,
-            subscriber=row.subscriber,
-            pattern=row.pattern,
-            dialect=row.dialect,
-            kind=row.kind,
-            criteria=None if row.criteria is None else dict(row.criteria),
-            mode=row.mode,
-            labels=row.labels,
-            created_at=row.created_at,
-        )
+        """The row as the API shows it (field by field, so a new column is one field here)."""
+        values = {name: getattr(row, name) for name in cls.model_fields}
+        if row.criteria is not None:
+            values["criteria"] = dict(row.criteria)
+        return cls(**values)
 
 
 class BulkIn(BaseModel):
