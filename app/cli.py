@@ -197,11 +197,10 @@ def sub_rm(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> N
     """Remove one subscription by id."""
     with _admin(api) as admin:
         removed = admin.remove(sub_id)
-    _emit(
-        {"id": sub_id, "removed": removed},
-        as_json,
-        "removed" if removed else f"no subscription {sub_id}",
-    )
+    if removed or as_json:
+        _emit({"id": sub_id, "removed": removed}, as_json, "removed")
+    else:
+        typer.echo(f"error: not_found: no subscription {sub_id}", err=True)
     if not removed:
         raise typer.Exit(REFUSED)
 

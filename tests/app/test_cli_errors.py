@@ -66,6 +66,7 @@ CASES = {
     ),
     "a label without =": Case(("sub", "add", "q", "a", "--label", "k"), "invalid_label", 2),
     "a 300-byte topic": Case(("match", LONG_TOPIC), "topic_too_long", 1, prepare=True),
+    "removing an id that is not there": Case(("sub", "rm", "7"), "not_found", 1, prepare=True),
     "an invalid pattern": Case(
         ("sub", "add", "q", "a/#/b", "--dialect", "mqtt"), "invalid_wildcard", 1, writes=True
     ),
