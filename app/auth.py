@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 class ConfigurationError(Exception):
     """The service must not start as configured."""
 
+    code = "insecure_configuration"
+
 
 @dataclass(frozen=True, slots=True)
 class Caller:

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from app.cli_errors import REFUSED, ReportingGroup, UsageError
 
 if TYPE_CHECKING:
     from app.cli_backend import Admin
 
 app = typer.Typer(
+    cls=ReportingGroup,  # a known error ends a command with one line (app/cli_errors.py)
     help="topicstore: topic-matching subscription store.",
     no_args_is_help=True,
     add_completion=False,
@@ -50,12 +54,16 @@ def migrate(
     ] = None,
     revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
 ) -> None:
-    """Apply the database migrations (PostgreSQL or DuckDB; idempotent)."""
+    """Apply the database migrations (PostgreSQL or DuckDB; idempotent). Creates the DuckDB
+    file if there is none (and says so)."""
+    from app.cli_backend import announce_new_store
     from app.settings import get_settings
     from migrations.runner import upgrade
     from store import Database
 
-    db = Database(database_url or get_settings().database_url)
+    url = database_url or get_settings().database_url
+    announce_new_store(url)
+    db = Database(url)
     try:
         upgrade(db.url, revision)
     finally:
@@ -79,19 +87,15 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable outpu
 
 
 @contextmanager
-def _admin(api: str | None) -> Iterator[Admin]:
-    """The store or the running service (see ``app.cli_backend``); a refusal (quota,
-    batch size, a service's error) ends the command with one line, not a traceback."""
+def _admin(api: str | None, *, create: bool = False) -> Iterator[Admin]:
+    """The store or the running service (see ``app.cli_backend``). ``create``: a command
+    that writes may create and migrate a store that is not there yet; one that only reads
+    refuses it (``no_schema``)."""
     from app.cli_backend import connect
-    from app.refusals import ServiceError
     from app.settings import get_settings
 
-    try:
-        with connect(get_settings(), api) as admin:
-            yield admin
-    except ServiceError as e:
-        typer.echo(f"error: {e.code}: {e.message}", err=True)
-        raise typer.Exit(1) from e
+    with connect(get_settings(), api, create=create) as admin:
+        yield admin
 
 
 def _emit(data: object, as_json: bool, human: str) -> None:
@@ -99,6 +103,35 @@ def _emit(data: object, as_json: bool, human: str) -> None:
         typer.echo(json.dumps(data, ensure_ascii=False))
     else:
         typer.echo(human)
+
+
+#: What ``--dialect`` may name: the topic dialects; listings also know ``headers``.
+_TOPIC_DIALECTS = ("amqp", "mqtt", "nats")
+_STORED_DIALECTS = (*_TOPIC_DIALECTS, "headers")
+
+
+def _dialect(value: str | None, known: Sequence[str]) -> None:
+    """Refuse an unknown ``--dialect`` (it once listed nothing and exited 0)."""
+    if value is not None and value not in known:
+        raise UsageError("invalid_dialect", f"unknown dialect {value!r}; known: {', '.join(known)}")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows in columns as wide as their widest cell, under a header."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    )
+
+
+def _labels(labels: dict[str, Any] | None) -> str:
+    if not labels:
+        return "-"
+    return ",".join(
+        f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        for key, value in labels.items()
+    )
 
 
 @app.command()
@@ -110,46 +143,20 @@ def serve(
     ] = False,
 ) -> None:
     """Run the API (migrations are applied at startup)."""
-    import uvicorn
-    from pydantic import ValidationError
-
-    from app.auth import ConfigurationError, secure
-    from app.main import create_app
+    from app.auth import secure
+    from app.cli_backend import announce_new_store
+    from app.serving import serve as run
     from app.settings import Settings
 
-    try:
-        settings = Settings()
-    except ValidationError as e:
-        for problem in e.errors():
-            name = "TOPICSTORE_" + "_".join(map(str, problem["loc"])).upper()
-            typer.echo(f"error: {name}: {problem['msg']}", err=True)
-        raise typer.Exit(2) from e
+    settings = Settings()
     updates: dict[str, object] = {"dev": settings.dev or dev}
     if host is not None:
         updates["host"] = host
     if port is not None:
         updates["port"] = port
-    settings = settings.model_copy(update=updates)
-    try:
-        settings = secure(settings)
-    except ConfigurationError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from e
-    url = f"http://{settings.host}:{settings.port}"
-    typer.echo(f"topicstore on {settings.database_url}")
-    typer.echo(f"  API:   {url}")
-    typer.echo(f"  docs:  {url}/docs")
-    if dev or settings.dev:
-        typer.secho(
-            f"  DEVELOPMENT MODE — admin token: {settings.admin_token}", fg="yellow", bold=True
-        )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="info",
-        access_log=settings.access_log,
-    )
+    settings = secure(settings.model_copy(update=updates))
+    announce_new_store(settings.database_url)
+    run(settings, announce_token=settings.dev)
 
 
 @sub.command("add")
@@ -162,7 +169,10 @@ def sub_add(
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Add one subscription."""
+    """Add one subscription (creates and migrates the store if there is none)."""
+    _dialect(dialect, _TOPIC_DIALECTS)
+    if any("=" not in item for item in label or []):
+        raise UsageError("invalid_label", "--label takes key=value")
     labels = dict(item.split("=", 1) for item in label or []) or None
     item = {
         "subscriber": subscriber,
@@ -171,11 +181,14 @@ def sub_add(
         "tenant": tenant,
         "labels": labels,
     }
-    with _admin(api) as admin:
+    with _admin(api, create=True) as admin:
         (result,) = admin.add_many([item])
     if result["status"] == "error":
-        _emit(result, as_json, f"error: {result['error']['code']}: {result['error']['message']}")
-        raise typer.Exit(1)
+        if as_json:
+            _emit(result, as_json, "")
+        else:
+            typer.echo(f"error: {result['error']['code']}: {result['error']['message']}", err=True)
+        raise typer.Exit(REFUSED)
     _emit(result, as_json, f"{result['status']} subscription {result['id']}")
 
 
@@ -184,13 +197,12 @@ def sub_rm(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> N
     """Remove one subscription by id."""
     with _admin(api) as admin:
         removed = admin.remove(sub_id)
-    _emit(
-        {"id": sub_id, "removed": removed},
-        as_json,
-        "removed" if removed else f"no subscription {sub_id}",
-    )
+    if removed or as_json:
+        _emit({"id": sub_id, "removed": removed}, as_json, "removed")
+    else:
+        typer.echo(f"error: not_found: no subscription {sub_id}", err=True)
     if not removed:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)
 
 
 @sub.command("ls")
@@ -204,7 +216,8 @@ def sub_ls(
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List subscriptions in id order."""
+    """List subscriptions in id order (the same fields, --json, direct or through the API)."""
+    _dialect(dialect, _STORED_DIALECTS)
     with _admin(api) as admin:
         rows = admin.page(
             tenant=tenant,
@@ -214,8 +227,12 @@ def sub_ls(
             after=after,
             limit=limit,
         )
-    lines = [f"{r['id']:>10}  {r['subscriber']:<20} {r['dialect']:<6} {r['pattern']}" for r in rows]
-    _emit(rows, as_json, "\n".join(lines) if lines else "(none)")
+    header = ("ID", "SUBSCRIBER", "DIALECT", "PATTERN", "LABELS")
+    cells = [
+        (str(r["id"]), r["subscriber"], r["dialect"], r["pattern"], _labels(r["labels"]))
+        for r in rows
+    ]
+    _emit(rows, as_json, _table(header, cells) if cells else "(none)")
 
 
 @sub.command("import")
@@ -233,8 +250,8 @@ def sub_import(
     report: list[dict[str, object]] = list(problems)
     created = exists = 0
     with (
-        _admin(api) as admin,
-        typer.progressbar(length=len(items), label="importing") as bar,
+        _admin(api, create=True) as admin,
+        typer.progressbar(length=len(items), label="importing", file=sys.stderr) as bar,
     ):
         for start in range(0, len(items), batch):
             chunk = items[start : start + batch]
@@ -253,7 +270,7 @@ def sub_import(
     human += [f"  line {p['line']}: {p['code']}: {p['message']}" for p in report]
     _emit(summary, as_json, "\n".join(human))
     if report:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)
 
 
 @app.command("match")
@@ -264,12 +281,20 @@ def match_topic(
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Which subscriptions match TOPIC."""
+    """Which subscribers receive a message on TOPIC: one per line (a count on stderr)."""
+    _dialect(dialect, _TOPIC_DIALECTS)
     with _admin(api) as admin:
         result = admin.match(topic, dialect, tenant)
-    ids, names = result["subscriptions"], ", ".join(result["subscribers"])
-    human = f"{len(ids)} subscriptions: {ids}\nsubscribers: {names}"
-    _emit(result, as_json, human)
+    if as_json:
+        _emit(result, as_json, "")
+        return
+    for name in result["subscribers"]:
+        typer.echo(name)
+    typer.echo(
+        f"matched: {len(result['subscriptions'])} subscriptions, "
+        f"{len(result['subscribers'])} subscribers",
+        err=True,
+    )
 
 
 @app.command()
@@ -279,7 +304,8 @@ def export(
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Write the subscriptions to a Parquet file (the input of `topicstore route`)."""
+    """Write the subscriptions to a Parquet file (the input of `topicstore route`); a store
+    that was never migrated is refused, not created empty."""
     with _admin(api) as admin:
         rows = admin.export(path, tenant)
     _emit({"path": str(path), "rows": rows}, as_json, f"wrote {rows} subscriptions to {path}")

@@ -5,6 +5,7 @@ shapes, so a command prints the same fields either way."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,15 +26,29 @@ class Admin(Protocol):
     def export(self, path: Path, tenant: str | None) -> int: ...
 
 
+def announce_new_store(url: str) -> None:
+    """Say on stderr which DuckDB file a command is about to create (run outside the
+    clone, ``export`` once made an empty ``./data/topicstore.duckdb`` without a word)."""
+    from store import duckdb_file
+
+    path = duckdb_file(url)
+    if path is not None and not path.exists():
+        print(f"creating a new store: {path.resolve()}", file=sys.stderr)
+
+
 @contextmanager
-def connect(settings: Settings, api_url: str | None = None) -> Iterator[Admin]:
+def connect(settings: Settings, api_url: str | None = None, *, create: bool) -> Iterator[Admin]:
     """The store directly when nothing else holds it; otherwise the running service (at
-    ``api_url``, or the configured host and port)."""
+    ``api_url``, or the configured host and port). ``create``: a store that is not there
+    is created and migrated (said on stderr); otherwise it must have been migrated
+    (``NoSchemaError``), and is used as it is."""
     from store import Database, DatabaseLockedError
 
     if api_url is None:
+        if create:
+            announce_new_store(settings.database_url)
         try:
-            db = Database(settings.database_url)
+            db = Database(settings.database_url, create=create)
         except DatabaseLockedError:
             api_url = f"http://{settings.host}:{settings.port}"
         else:
@@ -41,7 +56,10 @@ def connect(settings: Settings, api_url: str | None = None) -> Iterator[Admin]:
             from migrations.runner import upgrade
 
             try:
-                upgrade(db.url)
+                if create:
+                    upgrade(db.url)
+                else:
+                    db.require_schema()
                 yield DirectAdmin(db, settings)
             finally:
                 db.dispose()

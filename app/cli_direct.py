@@ -7,13 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from app.auth import OPERATOR
 from app.cli_backend import Item
 from app.operations import AdminOperations
 from app.refusals import NotFoundError
-from app.schemas import BulkItem, ErrorBody, SubscriptionIn
 from app.settings import Settings
 from store import Database
 
@@ -27,20 +24,9 @@ class DirectAdmin:
         self.operations = AdminOperations(db, settings)
 
     def add_many(self, items: Sequence[Item]) -> list[Item]:
-        """A result per item, as ``POST /v1/subscriptions/bulk`` gives them; an item that
-        does not fit the request schema gets its own error instead of failing the rest."""
-        parsed: list[tuple[int, SubscriptionIn]] = []
-        results: list[BulkItem] = []
-        for index, item in enumerate(items):
-            try:
-                parsed.append((index, SubscriptionIn.model_validate(item)))
-            except ValidationError as e:
-                results.append(BulkItem(index=index, status="error", error=_schema_error(e)))
-        stored = self.operations.create_many([item for _, item in parsed], OPERATOR)
-        for (index, _), result in zip(parsed, stored.results, strict=True):
-            results.append(result.model_copy(update={"index": index}))
-        results.sort(key=lambda r: r.index)
-        return [r.model_dump(mode="json") for r in results]
+        """A result per item, as ``POST /v1/subscriptions/bulk`` gives them."""
+        stored = self.operations.create_many(items, OPERATOR)
+        return [result.model_dump(mode="json") for result in stored.results]
 
     def remove(self, sub_id: int) -> bool:
         try:
@@ -62,15 +48,3 @@ class DirectAdmin:
 
     def export(self, path: Path, tenant: str | None) -> int:
         return self.operations.export(path, OPERATOR, tenant)
-
-
-#: Schema problems that have a rule of their own (the store's code for the same rule).
-_SCHEMA_CODES = {"finite_number": "invalid_number"}
-
-
-def _schema_error(error: ValidationError) -> ErrorBody:
-    """The first problem of an item that does not fit the request schema."""
-    problem = error.errors()[0]
-    where = ".".join(str(part) for part in problem.get("loc", ()))
-    message = f"{where}: {problem['msg']}" if where else str(problem["msg"])
-    return ErrorBody(code=_SCHEMA_CODES.get(problem["type"], "invalid_request"), message=message)

@@ -17,7 +17,8 @@ Problem = dict[str, object]
 def read_items(path: Path) -> tuple[list[tuple[int, Item]], list[Problem]]:
     """(line number, item) for every readable record, and a problem for every other one.
 
-    A CSV record's number is the physical line it starts on (a quoted field may span lines).
+    A record's number is the physical line it starts on (a quoted CSV field may span
+    lines; a JSON line ends at "\n" only, so a raw U+2028 in a string does not split it).
     A leading byte-order mark is skipped; bytes that are not UTF-8 are kept (escaped) so the
     validation reports them as ``invalid_utf8`` on their line instead of failing the file.
     """
@@ -31,7 +32,9 @@ def read_items(path: Path) -> tuple[list[tuple[int, Item]], list[Problem]]:
 def _json_lines(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
     items: list[tuple[int, Item]] = []
     problems: list[Problem] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Split on "\n" alone: str.splitlines() also breaks at U+2028, U+0085 and other
+    # characters that JSON strings may hold raw, which would misnumber every later line.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

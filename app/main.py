@@ -1,5 +1,5 @@
-"""The FastAPI application: wiring only (routers, error envelope, edge checks, metrics, and
-the services' lifecycle)."""
+"""The FastAPI application: wiring only (routers, error envelope, documentation pages, edge
+checks, metrics, and the services' lifecycle)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import errors
+from app import docs, errors
 from app.auth import secure
 from app.middleware import EdgeChecks, Metrics
 from app.routers import analytics, match, ops, subscriptions
@@ -38,9 +38,14 @@ def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI
         version="0.1.0",
         summary="Topic-matching subscription store: admin and match API.",
         lifespan=lifespan,
+        # Served by app.docs instead: offline assets, and routes the metrics can label.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.services = services
     errors.install(app)
+    docs.install(app)
     app.include_router(subscriptions.router)
     app.include_router(match.router)
     app.include_router(ops.router)

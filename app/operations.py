@@ -14,8 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from pydantic import JsonValue, ValidationError
+
 from app.auth import Caller
-from app.refusals import BatchTooLargeError, NotFoundError, QuotaExceededError, ServiceError
+from app.refusals import (
+    BatchTooLargeError,
+    InvalidRequestError,
+    NotApplicableError,
+    NotFoundError,
+    QuotaExceededError,
+    ServiceError,
+)
 from app.schemas import (
     BulkItem,
     BulkOut,
@@ -54,10 +63,11 @@ class AdminOperations:
             row, created = repo.add(new)
         return SubscriptionOut.of(row), created
 
-    def create_many(self, items: Sequence[SubscriptionIn], caller: Caller) -> BulkOut:
+    def create_many(self, items: Sequence[JsonValue], caller: Caller) -> BulkOut:
         """Create many in one transaction; every item gets its own result and the valid
-        ones are stored even when others fail. Only a batch over ``max_batch`` or over a
-        tenant's quota is refused whole (nothing is stored then)."""
+        ones are stored even when others fail: an item that does not fit ``SubscriptionIn``
+        is one more per-item error, like an invalid pattern. Only a batch over
+        ``max_batch`` or over a tenant's quota is refused whole (nothing is stored then)."""
         max_batch = self.settings.max_batch
         if len(items) > max_batch:
             raise BatchTooLargeError(f"a batch holds at most {max_batch} items")
@@ -65,7 +75,7 @@ class AdminOperations:
         valid: list[tuple[int, NewSubscription]] = []
         for index, item in enumerate(items):
             try:
-                valid.append((index, self._new(item, caller)))
+                valid.append((index, self._new(parse_item(item), caller)))
             except (MatcherError, StoreError, ServiceError) as e:
                 error = ErrorBody(code=e.code, message=e.message)
                 results.append(BulkItem(index=index, status="error", error=error))
@@ -153,8 +163,15 @@ class AdminOperations:
     def _new(self, item: SubscriptionIn, caller: Caller) -> NewSubscription:
         """The validated record of ``item`` (its fields by name: a new column is a field of
         both, not an edit here)."""
+        for name in _NOT_APPLICABLE[item.kind]:
+            if getattr(item, name) not in (None, ""):
+                raise NotApplicableError(
+                    f"{name} does not apply to a {item.kind} subscription",
+                    code=f"{name}_not_applicable",
+                )
         values = {name: getattr(item, name) for name in _NEW_FIELDS}
         values["tenant"] = caller.tenant_for(item.tenant)
+        values["dialect"] = item.dialect or "amqp"
         if item.criteria is not None:
             values["criteria"] = tuple(item.criteria.items())
         return validate(NewSubscription(**values), self._limits)
@@ -169,3 +186,23 @@ class AdminOperations:
                 raise QuotaExceededError(
                     f"tenant {tenant!r} holds {held} subscriptions; its quota is {quota}"
                 )
+
+
+#: Fields each kind ignores: given anyway, they are refused (a headers subscription with a
+#: pattern or an MQTT dialect once returned an existing headers row, silently).
+_NOT_APPLICABLE: Final = {"headers": ("pattern", "dialect"), "topic": ("criteria", "mode")}
+#: Schema problems that have a rule of their own (the store's code for the same rule).
+_SCHEMA_CODES: Final = {"finite_number": "invalid_number"}
+
+
+def parse_item(item: JsonValue) -> SubscriptionIn:
+    """One bulk item as ``SubscriptionIn``, or ``InvalidRequestError`` naming its first
+    problem (``invalid_number`` for NaN or an infinity, as the store names that rule)."""
+    try:
+        return SubscriptionIn.model_validate(item)
+    except ValidationError as e:
+        problem = e.errors()[0]
+        where = ".".join(str(part) for part in problem.get("loc", ()))
+        message = f"{where}: {problem['msg']}" if where else str(problem["msg"])
+        code = _SCHEMA_CODES.get(problem["type"], InvalidRequestError.code)
+        raise InvalidRequestError(message, code=code) from e

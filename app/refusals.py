@@ -21,6 +21,21 @@ class ServiceError(Exception):
         self.extra = extra
 
 
+class NotApplicableError(ServiceError):
+    """A field that the subscription's kind does not use (``pattern`` of a headers
+    subscription, ``criteria`` of a topic one): refused rather than dropped silently. The
+    code names the field: ``pattern_not_applicable``, ``criteria_not_applicable``, ..."""
+
+    code = "not_applicable"
+
+
+class InvalidRequestError(ServiceError):
+    """Input that does not fit the request schema (a bulk item, checked one by one)."""
+
+    status = 422
+    code = "invalid_request"
+
+
 class UnauthorizedError(ServiceError):
     status = 401
     code = "unauthorized"

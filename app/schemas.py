@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonValue
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from store import StoredSubscription
 
@@ -18,14 +20,14 @@ class SubscriptionIn(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     subscriber: str = Field(description="Queue or client that receives the messages.")
-    pattern: str = Field("", description="Topic pattern (kind 'topic').")
-    dialect: Dialect = "amqp"
+    pattern: str = Field("", description="Topic pattern (kind 'topic' only).")
+    dialect: Dialect | None = Field(None, description="kind 'topic' only; default amqp.")
     tenant: str | None = Field(None, description="Only the admin token may name a tenant.")
     kind: Literal["topic", "headers"] = "topic"
     criteria: dict[str, str | None] | None = Field(
-        None, description="kind 'headers': field -> value, or null for 'field is present'."
+        None, description="kind 'headers' only: field -> value, or null for 'field is present'."
     )
-    mode: Literal["all", "any"] | None = Field(None, description="kind 'headers'.")
+    mode: Literal["all", "any"] | None = Field(None, description="kind 'headers' only.")
     labels: dict[str, JsonValue] | None = None
 
 
@@ -50,10 +52,24 @@ class SubscriptionOut(BaseModel):
         return cls(**values)
 
 
+class _DocumentedAsSubscriptionIn:
+    """The OpenAPI schema of a bulk item is ``SubscriptionIn``, though the route takes any
+    JSON value there: an item that does not fit gets its own error in the 207, instead of
+    failing the whole batch with a 422 (``AdminOperations.create_many`` validates each)."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, _: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(SubscriptionIn.__pydantic_core_schema__)
+
+
 class BulkIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    items: list[SubscriptionIn]
+    items: list[Annotated[JsonValue, _DocumentedAsSubscriptionIn]] = Field(
+        description="Each a SubscriptionIn; one that is not gets its own error result."
+    )
 
 
 class ErrorBody(BaseModel):

@@ -70,6 +70,7 @@ def route(
     ] = None,
 ) -> None:
     """Route every message to the subscriptions whose pattern matches it (Spark)."""
+    from pyspark.errors import AnalysisException
     from pyspark.sql import SparkSession  # Spark loads only for this command
 
     from pipeline.job import RouteJob, run
@@ -94,7 +95,12 @@ def route(
             ),
         )
     except (PipelineError, StoreError) as e:
-        typer.echo(f"error ({e.code}): {e.message}", err=True)
+        typer.echo(f"error: {e.code}: {e.message}", err=True)
+        raise typer.Exit(2) from e
+    except AnalysisException as e:  # e.g. PATH_NOT_FOUND: a --messages path not there
+        code = (e.getCondition() or "analysis_error").lower()
+        message = str(e).strip().splitlines()[0] if str(e).strip() else code
+        typer.echo(f"error: {code}: {message}", err=True)
         raise typer.Exit(2) from e
     finally:
         if ours:

@@ -66,9 +66,11 @@ def read_subscriptions(spark: SparkSession, path: str) -> pa.Table:
 
 def store_subscriptions(database_url: str) -> pa.Table:
     """Every subscription in the store at ``database_url``, read in one snapshot (the
-    ``topicstore export`` layout)."""
-    db = Database(database_url)
+    ``topicstore export`` layout); ``NoSchemaError`` for a store never migrated (it is
+    not created empty)."""
+    db = Database(database_url, create=False)
     try:
+        db.require_schema()
         return subscriptions_table(db)
     finally:
         db.dispose()

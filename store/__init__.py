@@ -3,10 +3,18 @@ on PostgreSQL (production, several replicas) or DuckDB (embedded, one file)."""
 
 from __future__ import annotations
 
-from store.db import CHANGES_CHANNEL, DEFAULT_DATABASE_URL, Backend, Database, backend_of
+from store.db import (
+    CHANGES_CHANNEL,
+    DEFAULT_DATABASE_URL,
+    Backend,
+    Database,
+    backend_of,
+    duckdb_file,
+)
 from store.errors import (
     DatabaseLockedError,
     InvalidSubscriptionError,
+    NoSchemaError,
     StoreError,
     UnsupportedDatabaseError,
 )
@@ -31,10 +39,12 @@ __all__ = [
     "DatabaseLockedError",
     "InvalidSubscriptionError",
     "NewSubscription",
+    "NoSchemaError",
     "StoreError",
     "StoredSubscription",
     "SubscriptionRepository",
     "UnsupportedDatabaseError",
     "backend_of",
+    "duckdb_file",
     "validate",
 ]

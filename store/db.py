@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from store.errors import DatabaseLockedError, UnsupportedDatabaseError
+from store.errors import DatabaseLockedError, NoSchemaError, UnsupportedDatabaseError
 
 #: The embedded default store: one DuckDB file, no server to run.
 DEFAULT_DATABASE_URL: Final = "duckdb:///./data/topicstore.duckdb"
@@ -45,17 +45,37 @@ def backend_of(url: str) -> Backend:
         ) from None
 
 
+def duckdb_file(url: str) -> Path | None:
+    """The file of a DuckDB URL (None for PostgreSQL or an in-memory DuckDB)."""
+    parsed = make_url(url)
+    if backend_of(url) is not Backend.DUCKDB or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
+
+
+def _no_schema(url: str) -> NoSchemaError:
+    path = duckdb_file(url)
+    where = str(path.resolve()) if path is not None else make_url(url).render_as_string()
+    return NoSchemaError(
+        "no_schema", f"no topicstore tables in {where}: run `topicstore migrate` first"
+    )
+
+
 class Database:
     """One database: its engine, sessions, the serialized write transaction, and hooks run
     after each committed write (how DuckDB changes reach the in-process loader at once)."""
 
-    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+    def __init__(self, url: str, *, pool_size: int = 5, create: bool = True) -> None:
+        """``create=False``: a DuckDB file that does not exist yet is ``NoSchemaError``
+        rather than a new empty file (for commands that only read)."""
         self.url = url
         self.backend = backend_of(url)
         if self.backend is Backend.DUCKDB:
-            database = make_url(url).database
-            if database and database != ":memory:":
-                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = duckdb_file(url)
+            if path is not None and not path.exists():
+                if not create:
+                    raise _no_schema(url)
+                path.parent.mkdir(parents=True, exist_ok=True)
             self.engine = sa.create_engine(url)
             self._claim_duckdb_file()
         else:
@@ -81,6 +101,11 @@ class Database:
                     "through its API",
                 ) from e
             raise
+
+    def require_schema(self) -> None:
+        """``NoSchemaError`` unless the migrations have created the tables."""
+        if not sa.inspect(self.engine).has_table("subscription"):
+            raise _no_schema(self.url)
 
     @property
     def is_postgres(self) -> bool:

@@ -22,3 +22,8 @@ class UnsupportedDatabaseError(StoreError, ValueError):
 
 class DatabaseLockedError(StoreError):
     """The DuckDB file is owned by another process (DuckDB allows one writer process)."""
+
+
+class NoSchemaError(StoreError):
+    """The store has no tables yet (``topicstore migrate`` creates them); raised instead of
+    creating an empty store for a command that only reads."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias
@@ -89,6 +90,24 @@ def headers_pattern(criteria: tuple[tuple[str, str | None], ...], mode: str) -> 
     return json.dumps({"mode": mode, "criteria": [list(c) for c in criteria]}, sort_keys=True)
 
 
+#: C0 control characters other than tab (NUL has its own rule, ``nul_byte``).
+_CONTROLS: Final = re.compile("[\x01-\x08\x0a-\x1f]")
+
+
+def _no_controls(text: str, what: str) -> None:
+    """Refuse C0 control characters other than tab in names and patterns: a newline in a
+    subscriber splits the command line's one-per-line output and an import's lines, an
+    escape sequence rewrites the terminal. One rule for the API, the command line and the
+    import (every path validates here)."""
+    found = _CONTROLS.search(text)
+    if found is not None:
+        raise InvalidSubscriptionError(
+            "control_character",
+            f"{what} contains the control character U+{ord(found.group()):04X} "
+            "(only tab is allowed)",
+        )
+
+
 def _name(value: object, what: str) -> str:
     try:
         text = checked_text(value, what, MAX_NAME_BYTES)
@@ -96,6 +115,7 @@ def _name(value: object, what: str) -> str:
         raise InvalidSubscriptionError(e.code, e.message.replace("pattern", what)) from e
     if not text:
         raise InvalidSubscriptionError(f"empty_{what}", f"{what} must not be empty")
+    _no_controls(text, what)
     return text
 
 
@@ -170,4 +190,5 @@ def validate(
     except ValueError as e:
         raise InvalidSubscriptionError("invalid_dialect", str(e)) from e
     dialect.parse_pattern(new.pattern, limits or Limits())  # raises InvalidPatternError
+    _no_controls(new.pattern, "pattern")
     return replace(new, tenant=tenant, subscriber=subscriber, criteria=None, mode=None)

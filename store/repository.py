@@ -33,6 +33,11 @@ _JSON_COLUMNS: Final = frozenset(
 )
 _STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__)
 MAX_PAGE: Final = 1_000
+#: What makes a subscription unique (the unique constraint), in SQL over ``st`` (staging)
+#: and ``s`` (subscription).
+_KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
+_KEY: Final = ", ".join(_KEY_COLUMNS)
+_SAME_KEY: Final = " AND ".join(f"s.{c} = st.{c}" for c in _KEY_COLUMNS)
 
 
 def _stored(row: Subscription) -> StoredSubscription:
@@ -67,14 +72,21 @@ class SubscriptionRepository:
 
     def add(self, new: NewSubscription) -> tuple[StoredSubscription, bool]:
         """Create ``new``; if the same (tenant, subscriber, dialect, pattern) exists, return
-        that row instead. The flag says whether a row was created."""
-        values = _values(new)
-        inserted = self.session.execute(
-            pg_insert(Subscription)
-            .values(**values)
-            .on_conflict_do_nothing()
-            .returning(Subscription.id)
-        ).scalar()
+        that row instead. The flag says whether a row was created.
+
+        The existing row is looked up first: an insert that conflicts has already drawn an
+        id from the sequence, so repeating a subscription would skip ids. (Writers are
+        serialized, so nothing can insert the row between the look-up and the insert; the
+        ``ON CONFLICT`` stays as a guard.)"""
+        existing = self._existing_id(new)
+        inserted = None
+        if existing is None:
+            inserted = self.session.execute(
+                pg_insert(Subscription)
+                .values(**_values(new))
+                .on_conflict_do_nothing()
+                .returning(Subscription.id)
+            ).scalar()
         sub_id = inserted if inserted is not None else self._existing_id(new)
         row = self.session.get(Subscription, sub_id)
         assert row is not None
@@ -86,8 +98,9 @@ class SubscriptionRepository:
         """Create every item in one statement; returns (id, created) per item, in order.
 
         Rows go to a staging table first (COPY on PostgreSQL), then one
-        ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``: duplicates, in the batch or
-        already stored, resolve to the existing id.
+        ``INSERT ... SELECT`` of the first of each key that is not stored yet: duplicates,
+        in the batch or already stored, resolve to the existing id without drawing one from
+        the sequence (a conflicting insert would, and skip it).
         """
         if not items:
             return []
@@ -98,8 +111,10 @@ class SubscriptionRepository:
         columns = ", ".join(_NEW_COLUMNS)
         session.execute(
             sa.text(
-                f"INSERT INTO subscription ({columns}) SELECT {columns} FROM staging "
-                "ORDER BY ord ON CONFLICT DO NOTHING"
+                f"INSERT INTO subscription ({columns}) SELECT {columns} FROM ("
+                f"SELECT *, row_number() OVER (PARTITION BY {_KEY} ORDER BY ord) AS nth "
+                "FROM staging) st WHERE nth = 1 AND NOT EXISTS (SELECT 1 FROM subscription s "
+                f"WHERE {_SAME_KEY}) ORDER BY ord ON CONFLICT DO NOTHING"
             )
         )
         # Writers are serialized and ids come from a sequence: the new rows are exactly
@@ -107,9 +122,8 @@ class SubscriptionRepository:
         self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
         rows = session.execute(
             sa.text(
-                "SELECT st.ord, s.id FROM staging st JOIN subscription s "
-                "ON s.tenant = st.tenant AND s.subscriber = st.subscriber "
-                "AND s.dialect = st.dialect AND s.pattern = st.pattern ORDER BY st.ord"
+                f"SELECT st.ord, s.id FROM staging st JOIN subscription s ON {_SAME_KEY} "
+                "ORDER BY st.ord"
             )
         ).all()
         session.execute(sa.text("DROP TABLE staging"))
@@ -141,7 +155,7 @@ class SubscriptionRepository:
         )
         return sorted(deleted.scalars())
 
-    def _existing_id(self, new: NewSubscription) -> int:
+    def _existing_id(self, new: NewSubscription) -> int | None:
         return self.session.execute(
             sa.select(Subscription.id).where(
                 Subscription.tenant == new.tenant,
@@ -149,7 +163,7 @@ class SubscriptionRepository:
                 Subscription.dialect == new.dialect,
                 Subscription.pattern == new.pattern,
             )
-        ).scalar_one()
+        ).scalar()
 
     def _log(self, op: str, rows: sa.Select[Any]) -> None:
         """Append a change for each row ``rows`` selects, in id order, and ring the bell."""

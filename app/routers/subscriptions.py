@@ -22,7 +22,8 @@ SubId = Annotated[int, PathParam(ge=0, lt=2**32, description="Subscription id.")
 
 class _NameConvertor(Convertor[str]):
     """A whole path segment or more: a subscriber name may hold '/' (sent as %2F, which
-    arrives decoded) and any other character, newlines included (``:path`` stops there)."""
+    arrives decoded) and any other character; a name stored before control characters
+    were refused may hold a newline (``:path`` stops there)."""
 
     regex = r"[\s\S]+"
 

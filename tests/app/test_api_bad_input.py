@@ -341,21 +341,25 @@ CASES: dict[str, Bad] = {
         "POST", "/v1/subscriptions", 400, "tenant_too_long", json=sub(tenant="t" * 256)
     ),
     "headers subscription without criteria": Bad(
-        "POST", "/v1/subscriptions", 400, "missing_criteria", json=sub(kind="headers", mode="all")
+        "POST",
+        "/v1/subscriptions",
+        400,
+        "missing_criteria",
+        json=sub(pattern="", kind="headers", mode="all"),
     ),
     "headers subscription with no criterion": Bad(
         "POST",
         "/v1/subscriptions",
         400,
         "no_criteria",
-        json=sub(kind="headers", mode="all", criteria={}),
+        json=sub(pattern="", kind="headers", mode="all", criteria={}),
     ),
     "header criterion value with NUL": Bad(
         "POST",
         "/v1/subscriptions",
         400,
         "nul_byte",
-        json=sub(kind="headers", mode="any", criteria={"k": "a\x00"}),
+        json=sub(pattern="", kind="headers", mode="any", criteria={"k": "a\x00"}),
     ),
     "header criterion field with a lone surrogate": Bad(
         "POST",
@@ -368,12 +372,44 @@ CASES: dict[str, Bad] = {
     "message header with NUL": Bad(
         "POST", "/v1/match/headers", 400, "nul_byte", json={"headers": {"k": "\x00"}}
     ),
+    "headers subscription with a pattern": Bad(
+        "POST",
+        "/v1/subscriptions",
+        400,
+        "pattern_not_applicable",
+        json=sub(kind="headers", mode="all", criteria={"k": None}),
+    ),
+    "headers subscription with a dialect": Bad(
+        "POST",
+        "/v1/subscriptions",
+        400,
+        "dialect_not_applicable",
+        json={
+            "subscriber": "q",
+            "kind": "headers",
+            "mode": "all",
+            "criteria": {"k": None},
+            "dialect": "mqtt",
+        },
+    ),
+    "topic subscription with criteria": Bad(
+        "POST", "/v1/subscriptions", 400, "criteria_not_applicable", json=sub(criteria={"k": "v"})
+    ),
+    "topic subscription with a mode": Bad(
+        "POST", "/v1/subscriptions", 400, "mode_not_applicable", json=sub(mode="any")
+    ),
+    "newline in a subscriber": Bad(
+        "POST", "/v1/subscriptions", 400, "control_character", json=sub(subscriber="q\nr")
+    ),
+    "escape in a pattern": Bad(
+        "POST", "/v1/subscriptions", 400, "control_character", json=sub(pattern="a.\x1b[31m")
+    ),
     "headers mode unknown": Bad(
         "POST",
         "/v1/subscriptions",
         422,
         "invalid_request",
-        json=sub(kind="headers", mode="most", criteria={"k": None}),
+        json=sub(pattern="", kind="headers", mode="most", criteria={"k": None}),
     ),
 }
 

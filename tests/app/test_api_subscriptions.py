@@ -4,6 +4,8 @@ subscriptions, snapshot and export. Expected values are written from the inputs 
 from __future__ import annotations
 
 import io
+import json
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -131,9 +133,9 @@ def test_delete_every_subscription_of_a_subscriber(client: TestClient) -> None:
     ("name", "path"),
     [
         ("queue/with space+plus%é", "queue%2Fwith%20space%2Bplus%25%C3%A9"),
-        ("queue\nline two", "queue%0Aline%20two"),
+        ("queue\tline two", "queue%09line%20two"),
     ],
-    ids=["slash, space, plus, percent", "newline"],
+    ids=["slash, space, plus, percent", "tab"],
 )
 def test_deleting_a_subscriber_whose_name_needs_escaping(
     client: TestClient, name: str, path: str
@@ -203,6 +205,70 @@ def test_bulk_with_valid_and_invalid_items(client: TestClient) -> None:
     assert stored["labels"] == {"n": 2}
     total = client.get("/v1/subscriptions-count", headers=ADMIN_HEADERS).json()["total"]
     assert total == 5
+
+
+def test_bulk_reports_schema_problems_per_item(client: TestClient) -> None:
+    """An item that does not fit the schema is one more per-item error (it was a 422 for
+    the whole batch); so is a field its kind does not use."""
+    items: list[Any] = [
+        {"subscriber": "s", "pattern": "schema.ok"},
+        {"subscriber": "s", "pattern": "schema.a", "dialect": "kafka"},
+        {"subscriber": 7, "pattern": "schema.b"},
+        {"subscriber": "s", "pattern": "schema.c", "queue": "x"},
+        "not an object",
+        {"subscriber": "s", "pattern": "schema.d", "labels": {"k": float("nan")}},
+        {
+            "subscriber": "s",
+            "kind": "headers",
+            "criteria": {"k": None},
+            "mode": "all",
+            "pattern": "schema.e",
+        },
+        {
+            "subscriber": "s",
+            "kind": "headers",
+            "criteria": {"k": None},
+            "mode": "all",
+            "dialect": "mqtt",
+        },
+        {"subscriber": "s", "pattern": "schema.f", "criteria": {"k": "v"}},
+        {"subscriber": "s", "pattern": "schema.g", "mode": "any"},
+        {"subscriber": "s", "pattern": "schema.ok.too"},
+    ]
+    response = client.post(
+        "/v1/subscriptions/bulk",
+        content=json.dumps({"items": items}),  # NaN as Python's json writes it
+        headers={**ADMIN_HEADERS, "content-type": "application/json"},
+    )
+    assert response.status_code == 207, response.text
+    results = response.json()["results"]
+    codes = [r["error"]["code"] if r["status"] == "error" else r["status"] for r in results]
+    assert codes == [
+        "created",
+        "invalid_request",
+        "invalid_request",
+        "invalid_request",
+        "invalid_request",
+        "invalid_number",
+        "pattern_not_applicable",
+        "dialect_not_applicable",
+        "criteria_not_applicable",
+        "mode_not_applicable",
+        "created",
+    ]
+    assert results[1]["error"]["message"].startswith("dialect: ")
+    assert results[3]["error"]["message"].startswith("queue: ")
+    assert match_ids(client, "schema.ok") == [results[0]["id"]]
+    assert match_ids(client, "schema.ok.too") == [results[10]["id"]]
+    total = client.get("/v1/subscriptions-count", headers=ADMIN_HEADERS).json()["total"]
+    assert total == 2
+
+
+@pytest.mark.parametrize("body", [{"items": "a"}, {}, {"items": [], "more": 1}, ["x"]], ids=str)
+def test_bulk_refuses_a_body_it_cannot_read_whole(client: TestClient, body: Any) -> None:
+    response = client.post("/v1/subscriptions/bulk", json=body, headers=ADMIN_HEADERS)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_request"
 
 
 def test_bulk_all_valid_is_200(client: TestClient) -> None:

@@ -72,3 +72,22 @@ def test_import_reports_an_overflowing_number_in_labels(
     assert result.exit_code == 1, result.output
     assert "line 2: invalid_number" in result.output, result.output
     assert _stored(store_url) == ["good.one"]
+
+
+def test_json_lines_are_numbered_by_physical_line(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JSON string may hold U+2028 or U+0085 raw; str.splitlines() broke lines there."""
+    lines = [
+        '{"subscriber": "q", "pattern": "sep.\u2028.x"}',
+        '{"subscriber": "q", "pattern": "nel.\u0085.x"}',
+        '{"subscriber": "q", "pattern": "a/#/b", "dialect": "mqtt"}',
+        '{"subscriber": "q\\nr", "pattern": "escaped.newline"}',
+        '{"subscriber": "q", "pattern": "last"}',
+    ]
+    result = _import(lines, store_url, tmp_path, monkeypatch)
+    assert result.exit_code == 1, result.output
+    assert "created 3, already there 0, failed 2" in result.output
+    assert "line 3: invalid_wildcard" in result.output
+    assert "line 4: control_character" in result.output
+    assert _stored(store_url) == ["sep.\u2028.x", "nel.\u0085.x", "last"]

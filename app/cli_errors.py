@@ -1,0 +1,146 @@
+"""How the command line reports a known error: one line ``error: <code>: <message>`` on
+stderr (and a ``hint:`` line where one helps) and a documented exit status, never a
+traceback. An exception not named here is a bug and keeps its traceback.
+
+Exit statuses (the README's command line section lists them too):
+
+* 1: refused or invalid input (a rule, a refusal of the service, a bad import line);
+* 2: usage or configuration (click's usage errors, a setting, a store never migrated);
+* 3: the store or the service is unavailable (DuckDB file held, connection refused).
+
+The error types are imported only when an error is being reported, so a command that
+succeeds never loads SQLAlchemy or httpx for this.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Final
+
+import typer
+from typer.core import TyperGroup
+
+REFUSED: Final = 1
+USAGE: Final = 2
+UNAVAILABLE: Final = 3
+
+_TOKEN_HINT: Final = (
+    "the service takes TOPICSTORE_ADMIN_TOKEN (in development mode, the token in "
+    "data/dev-admin-token)"
+)
+
+
+class UsageError(Exception):
+    """A command's option holds a value the command cannot use (exit status 2)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Report:
+    code: str
+    message: str
+    status: int
+    hint: str | None = None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _settings_message(error: Any) -> str:
+    """A pydantic-settings ``ValidationError`` as ``TOPICSTORE_NAME: problem; ...``."""
+    return "; ".join(
+        f"TOPICSTORE_{'_'.join(map(str, problem['loc'])).upper()}: {problem['msg']}"
+        for problem in error.errors()
+    )
+
+
+def report_for(error: BaseException) -> Report | None:
+    """The report of a known error, or None for one that is not (a bug)."""
+    from pydantic import ValidationError
+
+    from app.auth import ConfigurationError
+    from app.refusals import RemoteError, ServiceError
+    from matcher import MatcherError
+
+    if isinstance(error, UsageError):
+        return Report(error.code, error.message, USAGE)
+    if isinstance(error, ValidationError) and error.title == "Settings":
+        return Report("invalid_setting", _settings_message(error), USAGE)
+    if isinstance(error, ConfigurationError):
+        return Report(error.code, str(error), USAGE)
+    if isinstance(error, RemoteError):
+        hint = _TOKEN_HINT if error.remote_status == 401 else None
+        status = UNAVAILABLE if error.remote_status == 503 else REFUSED
+        return Report(error.code, error.message, status, hint)
+    if isinstance(error, ServiceError | MatcherError):
+        return Report(error.code, error.message, REFUSED)
+    return _io_report(error)
+
+
+def _io_report(error: BaseException) -> Report | None:
+    """Errors of the store, the database driver and the HTTP client (loaded only if the
+    command loaded them: a module not imported cannot have raised)."""
+    if "store" in sys.modules:
+        from store import (
+            DatabaseLockedError,
+            NoSchemaError,
+            StoreError,
+            UnsupportedDatabaseError,
+        )
+
+        if isinstance(error, DatabaseLockedError):
+            hint = "stop that process, or run the command while its service runs (or --api URL)"
+            return Report(error.code, error.message, UNAVAILABLE, hint)
+        if isinstance(error, NoSchemaError | UnsupportedDatabaseError):
+            return Report(error.code, error.message, USAGE)
+        if isinstance(error, StoreError):
+            return Report(error.code, error.message, REFUSED)
+    if "sqlalchemy" in sys.modules:
+        from sqlalchemy.exc import OperationalError
+
+        if isinstance(error, OperationalError):
+            message = _first_line(str(error.orig))
+            return Report("store_unavailable", message, UNAVAILABLE)
+    if "httpx" in sys.modules:
+        import httpx
+
+        if isinstance(error, httpx.TransportError):
+            url = error.request.url if _has_request(error) else "the service"
+            message = f"cannot reach {url}: {_first_line(str(error)) or type(error).__name__}"
+            return Report("service_unavailable", message, UNAVAILABLE)
+    return None
+
+
+def _has_request(error: Any) -> bool:
+    try:
+        error.request  # noqa: B018 (httpx raises RuntimeError when there is none)
+    except RuntimeError:
+        return False
+    return True
+
+
+def emit(report: Report) -> None:
+    typer.echo(f"error: {report.code}: {report.message}", err=True)
+    if report.hint:
+        typer.echo(f"hint: {report.hint}", err=True)
+
+
+class ReportingGroup(TyperGroup):
+    """The root command group: every command runs inside ``invoke``, so a known error
+    raised by any of them is reported here, once, and ends with its exit status."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as e:  # the entry point: report the known ones, re-raise the rest
+            report = report_for(e)
+            if report is None:
+                raise  # typer's own exits and usage errors, and bugs
+            emit(report)
+            raise typer.Exit(report.status) from e

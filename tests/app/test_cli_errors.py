@@ -1,0 +1,248 @@
+"""What a newcomer meets on the command line: every known error is one line
+``error: <code>: <message>`` (and maybe a ``hint:``) on stderr with its documented exit
+status (1 refused, 2 usage or configuration, 3 unavailable), never a traceback. Each case
+runs the real ``topicstore`` process; the last ones while a real server holds the store."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bench.server import Server, running_server, service_environment, topicstore_command
+from tests.app.conftest import ADMIN
+
+TIMEOUT_S = 300
+LONG_TOPIC = "t" * 300
+
+
+def run_cli(directory: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``topicstore ARGS`` of this checkout in ``directory``, with only ``settings`` as
+    ``TOPICSTORE_*`` variables."""
+    return subprocess.run(
+        [*topicstore_command(), *args],
+        env=service_environment(settings),
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def assert_one_error(
+    result: subprocess.CompletedProcess[str], code: str, status: int, hint: str | None = None
+) -> None:
+    """Exactly one ``error:`` line naming ``code``, the exit status, no traceback. (Spark
+    writes its own log lines to stderr around ours.)"""
+    context = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr, context
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {code}: "), context
+    assert result.returncode == status, context
+    if hint is not None:
+        assert f"hint: {hint}" in result.stderr, context
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    code: str
+    status: int
+    settings: dict[str, str] = field(default_factory=dict)
+    prepare: bool = False  # migrate and export first (in the case's own directory)
+    writes: bool = False  # a write: may create the store before it refuses
+
+
+CASES = {
+    "unknown dialect to match": Case(("match", "a", "--dialect", "kafka"), "invalid_dialect", 2),
+    "unknown dialect to sub ls": Case(("sub", "ls", "--dialect", "kafka"), "invalid_dialect", 2),
+    "unknown dialect to sub add": Case(
+        ("sub", "add", "q", "a", "--dialect", "kafka"), "invalid_dialect", 2
+    ),
+    "a label without =": Case(("sub", "add", "q", "a", "--label", "k"), "invalid_label", 2),
+    "a 300-byte topic": Case(("match", LONG_TOPIC), "topic_too_long", 1, prepare=True),
+    "removing an id that is not there": Case(("sub", "rm", "7"), "not_found", 1, prepare=True),
+    "an invalid pattern": Case(
+        ("sub", "add", "q", "a/#/b", "--dialect", "mqtt"), "invalid_wildcard", 1, writes=True
+    ),
+    "a short admin token": Case(("sub", "ls"), "invalid_setting", 2, {"admin_token": "short"}),
+    "a short admin token to serve": Case(
+        ("serve", "--port", "1"), "invalid_setting", 2, {"admin_token": "short"}
+    ),
+    "no admin token to serve": Case(("serve", "--port", "1"), "insecure_configuration", 2),
+    "not a database URL": Case(
+        ("sub", "ls"), "unsupported_database", 2, {"database_url": "sqlite:///x.db"}
+    ),
+    "PostgreSQL not answering": Case(
+        ("sub", "ls"),
+        "store_unavailable",
+        3,
+        {"database_url": "postgresql+psycopg://postgres@127.0.0.1:1/none"},
+    ),
+    "export from a store never migrated": Case(("export", "out.parquet"), "no_schema", 2),
+    "match on a store never migrated": Case(("match", "a"), "no_schema", 2),
+    "sub ls on a store never migrated": Case(("sub", "ls"), "no_schema", 2),
+    "sub rm on a store never migrated": Case(("sub", "rm", "1"), "no_schema", 2),
+    "route from a store never migrated": Case(
+        ("route", "--messages", "messages.jsonl", "--out", "routed"), "no_schema", 2
+    ),
+    "route with messages that are not there": Case(
+        ("route", "--messages", "gone.parquet", "--out", "routed", "--subscriptions", "s.parquet"),
+        "path_not_found",
+        2,
+        prepare=True,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_a_known_error_is_one_line_and_an_exit_status(case: Case, tmp_path: Path) -> None:
+    if case.prepare:
+        migrated = run_cli(tmp_path, "migrate")
+        assert migrated.returncode == 0, migrated.stderr
+        exported = run_cli(tmp_path, "export", "s.parquet")
+        assert exported.returncode == 0, exported.stderr
+    (tmp_path / "messages.jsonl").write_text('{"message_id": "m", "topic": "a", "ts": 1}\n')
+    result = run_cli(tmp_path, *case.args, **case.settings)
+    assert_one_error(result, case.code, case.status)
+    assert "API:" not in result.stdout  # serve announced nothing
+    if not (case.prepare or case.writes):
+        assert not (tmp_path / "data").exists()  # no store was created to read from
+        assert not (tmp_path / "out.parquet").exists()
+
+
+def test_a_command_that_creates_the_store_says_which(tmp_path: Path) -> None:
+    added = run_cli(tmp_path, "sub", "add", "q", "a.b")
+    created = tmp_path / "data" / "topicstore.duckdb"
+    assert added.returncode == 0, added.stderr
+    assert added.stderr.splitlines() == [f"creating a new store: {created.resolve()}"]
+    again = run_cli(tmp_path, "sub", "add", "q", "a.c")
+    assert again.returncode == 0 and again.stderr == ""
+
+
+def test_match_prints_one_subscriber_a_line(tmp_path: Path) -> None:
+    for name, pattern in (("alice", "a.*"), ("grace, inc", "a.#"), ("bob", "b.#")):
+        added = run_cli(tmp_path, "sub", "add", name, pattern, "--label", "team=x")
+        assert added.returncode == 0, added.stderr
+    matched = run_cli(tmp_path, "match", "a.b")
+    assert matched.returncode == 0, matched.stderr
+    assert matched.stdout.splitlines() == ["alice", "grace, inc"]
+    assert "matched: 2 subscriptions, 2 subscribers" in matched.stderr
+    as_json = run_cli(tmp_path, "match", "a.b", "--json")
+    assert json.loads(as_json.stdout) == {
+        "subscriptions": [1, 2],
+        "subscribers": ["alice", "grace, inc"],
+    }
+    listed = run_cli(tmp_path, "sub", "ls")
+    assert listed.stdout.splitlines() == [
+        "ID  SUBSCRIBER  DIALECT  PATTERN  LABELS",
+        "1   alice       amqp     a.*      team=x",
+        "2   grace, inc  amqp     a.#      team=x",
+        "3   bob         amqp     b.#      team=x",
+    ]
+
+
+# -- while a server holds the store -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path]]:
+    """A real server on a DuckDB file (which it holds) with two subscriptions."""
+    directory = tmp_path_factory.mktemp("held")
+    settings = {"database_url": "duckdb:///data/held.duckdb", "admin_token": ADMIN}
+    for pattern in ("held.*", "held.#"):
+        added = run_cli(directory, "sub", "add", "q", pattern, "--label", "k=v", **settings)
+        assert added.returncode == 0, added.stderr
+    listed = run_cli(directory, "sub", "ls", "--json", **settings)
+    (directory / "direct.json").write_text(listed.stdout)
+    with running_server(directory, settings) as server:
+        server.wait_until("/readyz", 200)
+        yield server, directory
+
+
+def _through(server: Server, **more: str) -> dict[str, str]:
+    """Settings for a command on the held store: it goes through ``server``."""
+    return {
+        "database_url": "duckdb:///data/held.duckdb",
+        "admin_token": ADMIN,
+        "port": str(server.port),
+        **more,
+    }
+
+
+SERVER_CASES = {
+    "a second serve": (("serve", "--port", "1"), "database_locked", 3),
+    "migrate": (("migrate",), "database_locked", 3),
+    "a 300-byte topic": (("match", LONG_TOPIC), "topic_too_long", 1),
+    "unknown dialect": (("match", "a", "--dialect", "kafka"), "invalid_dialect", 2),
+}
+
+
+@pytest.mark.parametrize(("args", "code", "status"), SERVER_CASES.values(), ids=SERVER_CASES)
+def test_a_known_error_while_the_server_runs(
+    held: tuple[Server, Path], args: tuple[str, ...], code: str, status: int
+) -> None:
+    server, directory = held
+    result = run_cli(directory, *args, **_through(server))
+    hint = "stop that process" if code == "database_locked" else None
+    assert_one_error(result, code, status, hint)
+    assert "API:" not in result.stdout and "DEVELOPMENT MODE" not in result.stdout
+
+
+def test_a_wrong_token_while_the_server_runs(held: tuple[Server, Path]) -> None:
+    server, directory = held
+    wrong = run_cli(directory, "sub", "ls", **_through(server, admin_token="x" * 20))
+    assert_one_error(wrong, "unauthorized", 1, "the service takes TOPICSTORE_ADMIN_TOKEN")
+
+
+def test_the_server_not_answering(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "sub", "ls", "--api", "http://127.0.0.1:1", admin_token=ADMIN)
+    assert_one_error(result, "service_unavailable", 3)
+
+
+def test_listing_through_the_api_prints_what_the_store_does(held: tuple[Server, Path]) -> None:
+    server, directory = held
+    through = run_cli(directory, "sub", "ls", "--json", **_through(server))
+    assert through.returncode == 0, through.stderr
+    direct = json.loads((directory / "direct.json").read_text())
+    assert len(direct) == 2
+    assert json.loads(through.stdout) == direct
+
+
+def test_import_through_the_api_stores_the_good_lines(held: tuple[Server, Path]) -> None:
+    server, directory = held
+    path = directory / "import.jsonl"
+    lines = [
+        {"subscriber": "i", "pattern": "imp.one"},
+        {"subscriber": "i", "pattern": "imp.two", "dialect": "kafka"},
+        {"subscriber": "i\n", "pattern": "imp.three"},
+        {"subscriber": "i", "pattern": "imp.four"},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = run_cli(directory, "sub", "import", str(path), "--json", **_through(server))
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["created"], report["failed"]) == (2, 2)
+    assert [(e["line"], e["code"]) for e in report["errors"]] == [
+        (2, "invalid_request"),
+        (3, "control_character"),
+    ]
+    matched = run_cli(directory, "match", "imp.four", "--json", **_through(server))
+    assert json.loads(matched.stdout)["subscribers"] == ["i"]
+
+
+def test_export_refuses_a_store_never_migrated_and_writes_nothing(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "export", "out.parquet")
+    assert_one_error(result, "no_schema", 2)
+    assert "run `topicstore migrate` first" in result.stderr
+    migrated = run_cli(tmp_path, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "creating a new store: " in migrated.stderr
+    exported = run_cli(tmp_path, "export", "out.parquet")
+    assert exported.returncode == 0, exported.stderr
+    assert pq.read_table(tmp_path / "out.parquet").num_rows == 0
