@@ -45,7 +45,14 @@ log = logging.getLogger(__name__)
 
 _STATM: Final = Path("/proc/self/statm")
 #: Subjects measured at sizes above the tracemalloc sizes: the ones built to scale.
-LARGE_SUBJECTS: Final = ("optimized_inverted_bitmap", "trie", "cs_trie", "dfa", BASELINE)
+LARGE_SUBJECTS: Final = (
+    "optimized_inverted_bitmap",
+    "trie",
+    "cs_trie",
+    "dfa",
+    "native",
+    BASELINE,
+)
 #: Per-subscription cost grows a little with size (deeper maps, more collisions); the
 #: estimate for a larger child is padded by this factor.
 GROWTH_MARGIN: Final = 1.5

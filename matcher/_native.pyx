@@ -1,0 +1,363 @@
+# distutils: language = c++
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""``native``: the ``trie`` engine's algorithm compiled (Cython over ``native_core.hpp``).
+
+Nodes, literal edges, interned words and the id -> (node, pattern text) table are C++
+structures indexed by 32-bit integers: a step of the walk compares integers, and no
+subscription costs a Python object. Topics are split and their words looked up in C (for
+plain ASCII AMQP keys; other topics go through the dialect's validating splitter first).
+The walk is ``matcher.trie.walk``'s: breadth-first, reached ``#`` nodes set aside with
+their literal edges indexed by word, at most nodes x (words + 1) steps.
+
+Concurrency: every C++ operation (a whole walk, a whole insert or removal, a whole table
+read) runs holding the GIL, with no ``nogil`` block and no call back into Python code in
+the middle, so a reader never sees a half-applied write and readers need no lock; writers
+still serialize on the base class's write lock. Results are copied out of the structure
+before any Python object is built for them (building one may run the garbage collector,
+and with it other threads). A free-threaded build without the GIL would need a lock around
+each operation, so importing this module there fails rather than racing.
+"""
+
+import sys
+
+from cpython.ref cimport PyObject, Py_INCREF
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memchr
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from matcher.base import EMPTY, Matcher, check_sub_id
+from matcher.errors import CapacityError, SubscriptionConflictError
+from matcher.grammar import MANY, ONE, canonical, checked_text
+
+if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
+    raise ImportError(
+        "matcher._native relies on the GIL to keep readers off half-applied writes; "
+        "this interpreter runs without it"
+    )
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object)
+    Py_ssize_t PyUnicode_GET_LENGTH(object)
+    void* PyUnicode_DATA(object)
+    const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
+    object PyFrozenSet_New(PyObject*)
+    int PySet_Add(object, object) except -1
+    Py_ssize_t PySet_GET_SIZE(object)
+
+
+cdef extern from "native_core.hpp" namespace "topicstore":
+    cdef uint32_t UNKNOWN_WORD
+    cdef uint32_t STAR
+    cdef uint32_t HASH
+
+    cdef cppclass Token:
+        const char* data
+        uint32_t size
+        uint32_t kind
+
+    cdef cppclass Node:
+        uint32_t star
+        uint32_t hash
+        vector[uint32_t] ids
+        PyObject* cached
+
+    cdef cppclass Core:
+        Core() except +
+        uint32_t size()
+        uint32_t node_count()
+        uint32_t hash_count()
+        uint64_t version()
+        const Node& node(uint32_t)
+        Node& node_mut(uint32_t)
+        const string* pattern_of(uint32_t)
+        uint32_t word_id(const char*, uint32_t)
+        void walk(const uint32_t*, size_t, vector[uint32_t]&, vector[uint32_t]*) except +
+        bint add(uint32_t, const Token*, size_t, const char*, size_t) except +
+        bint remove(uint32_t) except +
+        string check() except +
+
+
+cdef extern from *:
+    """
+    #include <utility>
+    // Every (id, text) of the table, for listing: ids and texts copied out in one go.
+    static void topicstore_items(const topicstore::Core& core, std::vector<uint32_t>& ids,
+                                 std::vector<std::string>& texts) {
+        core.for_each_id([&](uint32_t id, const std::string& text) {
+            ids.push_back(id);
+            texts.push_back(text);
+        });
+    }
+    """
+    void topicstore_items(const Core&, vector[uint32_t]&, vector[string]&) except +
+
+
+#: Results of up to this many ids are kept per node as a frozenset (built on the first
+#: match that ends on the node alone, dropped by any write to it), as ``trie`` keeps small
+#: frozensets: the common single-node match then returns without building anything.
+cdef size_t CACHED_MAX = 16
+
+
+cdef inline object _frozen(const vector[uint32_t]& ids):
+    cdef object out = PyFrozenSet_New(NULL)
+    cdef size_t i
+    for i in range(ids.size()):
+        PySet_Add(out, ids[i])
+    return out
+
+
+cdef inline str _text(const string& s):
+    return s.decode("utf-8", "strict")
+
+
+cdef class _Core:
+    """The C++ structure and the hot paths; ``NativeMatcher`` adds the interface."""
+
+    cdef Core* core
+    cdef vector[uint32_t] words   # scratch: the current topic's word ids
+    cdef vector[uint32_t] out     # scratch: the nodes a walk ends on
+    cdef bint fast_amqp
+    cdef Py_ssize_t fast_len
+    cdef object split
+
+    def __cinit__(self, *args, **kwargs):
+        self.core = new Core()
+
+    def __dealloc__(self):
+        del self.core
+
+    cdef _configure(self, bint fast_amqp, Py_ssize_t fast_len, object split):
+        self.fast_amqp = fast_amqp
+        self.fast_len = fast_len
+        self.split = split
+
+    def __len__(self):
+        return self.core.size()
+
+    def __contains__(self, sub_id):
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return False
+        return self.core.pattern_of(<uint32_t>sub_id) != NULL
+
+    def node_count(self):
+        """Nodes in the trie, root included (the walk's per-level bound)."""
+        return self.core.node_count()
+
+    def pattern_of(self, sub_id):
+        """The pattern subscription ``sub_id`` was made with, or None."""
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return None
+        cdef const string* text = self.core.pattern_of(<uint32_t>sub_id)
+        return None if text == NULL else _text(text[0])
+
+    cdef int _topic_words(self, topic) except -1:
+        """``self.words`` := the word ids of ``topic`` (validated as the dialect says)."""
+        cdef Py_ssize_t n, start, i
+        cdef const char* data
+        self.words.clear()
+        if (
+            self.fast_amqp
+            and type(topic) is str
+            and PyUnicode_IS_ASCII(topic)
+            and 0 < PyUnicode_GET_LENGTH(topic) <= self.fast_len
+        ):
+            # The splitter's own fast path, in C: an ASCII AMQP key short enough that it
+            # cannot break the byte or word limits; only NUL is left to refuse.
+            n = PyUnicode_GET_LENGTH(topic)
+            data = <const char*>PyUnicode_DATA(topic)
+            if memchr(data, 0, n) == NULL:
+                start = 0
+                for i in range(n + 1):
+                    if i == n or data[i] == b'.':
+                        self.words.push_back(self.core.word_id(data + start, i - start))
+                        start = i + 1
+                return 0
+        cdef list words = self.split(topic)  # validates; raises InvalidTopicError
+        cdef vector[const char*] ptrs
+        cdef vector[Py_ssize_t] sizes
+        cdef Py_ssize_t size
+        for word in words:
+            ptrs.push_back(PyUnicode_AsUTF8AndSize(word, &size))
+            sizes.push_back(size)
+        # Looked up only now, in one go with no Python code in between (see the docstring).
+        for i in range(<Py_ssize_t>ptrs.size()):
+            self.words.push_back(self.core.word_id(ptrs[i], sizes[i]))
+        return 0
+
+    def match(self, topic):
+        """Ids of every subscription whose pattern matches ``topic``, as a frozenset.
+        O(frontier x words), at most nodes x (words + 1) steps."""
+        self._topic_words(topic)
+        self.core.walk(self.words.data(), self.words.size(), self.out, NULL)
+        cdef uint32_t node, last = 0
+        cdef size_t holders = 0, total = 0, k
+        for node in self.out:
+            k = self.core.node(node).ids.size()
+            if k:
+                holders += 1
+                total += k
+                last = node
+        if holders == 0:
+            return EMPTY
+        cdef vector[uint32_t] found  # a copy: building Python objects may run other threads
+        cdef uint64_t version
+        cdef PyObject* cached
+        if holders == 1:
+            cached = self.core.node(last).cached
+            if cached != NULL:
+                return <object>cached
+            found = self.core.node(last).ids
+            version = self.core.version()
+            result = _frozen(found)
+            if total <= CACHED_MAX and self.core.version() == version:
+                # No write ran while the frozenset was built: ``last`` is still that node.
+                Py_INCREF(result)
+                self.core.node_mut(last).cached = <PyObject*>result
+            return result
+        found.reserve(total)
+        for node in self.out:
+            found.insert(found.end(), self.core.node(node).ids.begin(), self.core.node(node).ids.end())
+        return _frozen(found)
+
+    def _walk(self, words, level_sizes):
+        """The walk over ``words`` (already split): the nodes it ends on, and, into
+        ``level_sizes`` when given, the nodes live at each level (tests check the bound)."""
+        cdef vector[uint32_t] ids
+        cdef vector[uint32_t] sizes
+        cdef Py_ssize_t size
+        cdef const char* data
+        for word in words:
+            data = PyUnicode_AsUTF8AndSize(word, &size)
+            ids.push_back(self.core.word_id(data, size))
+        self.core.walk(ids.data(), ids.size(), self.out, &sizes if level_sizes is not None else NULL)
+        if level_sizes is not None:
+            level_sizes.extend(sizes)
+        return list(self.out)
+
+    cdef bint _index(self, uint32_t sub_id, tuple tokens, str pattern) except -1:
+        """Index one validated subscription (canonical ``tokens``); False if the id is
+        already there."""
+        cdef vector[Token] spec
+        cdef Token t
+        cdef Py_ssize_t size
+        for token in tokens:
+            if token is ONE:
+                t.data, t.size, t.kind = <const char*>NULL, 0, STAR
+            elif token is MANY:
+                t.data, t.size, t.kind = <const char*>NULL, 0, HASH
+            else:
+                t.data = PyUnicode_AsUTF8AndSize(token, &size)
+                t.size, t.kind = size, 0
+            spec.push_back(t)
+        cdef const char* text = PyUnicode_AsUTF8AndSize(pattern, &size)
+        return self.core.add(sub_id, spec.data(), spec.size(), text, size)
+
+    cdef bint _withdraw(self, uint32_t sub_id) except -1:
+        return self.core.remove(sub_id)
+
+    cdef list _items(self):
+        cdef vector[uint32_t] ids
+        cdef vector[string] texts
+        topicstore_items(self.core[0], ids, texts)
+        return [(ids[i], _text(texts[i])) for i in range(<Py_ssize_t>ids.size())]
+
+    cdef str _problems(self):
+        cdef string problem = self.core.check()
+        return problem.decode("utf-8")
+
+
+cdef class _PatternTable:
+    """The id -> pattern table ``Matcher`` keeps as a dict, here a view of the native
+    structure (the base class and ``CachedMatcher`` use it as ``_patterns``).
+
+    ``_add`` indexes a subscription and records its pattern in one native write, so the
+    base class's ``table[id] = text`` / ``update`` that follow only confirm it; ``pop``
+    removes for real (dict semantics), so a later ``_remove`` finds nothing left to do.
+    """
+
+    cdef _Core owner
+
+    def __cinit__(self, _Core owner):
+        self.owner = owner
+
+    def __len__(self):
+        return self.owner.core.size()
+
+    def __contains__(self, sub_id):
+        return sub_id in self.owner
+
+    def __iter__(self):
+        return iter([sub_id for sub_id, _ in self.owner._items()])
+
+    def __getitem__(self, sub_id):
+        text = self.owner.pattern_of(sub_id)
+        if text is None:
+            raise KeyError(sub_id)
+        return text
+
+    def get(self, sub_id, default=None):
+        text = self.owner.pattern_of(sub_id)
+        return default if text is None else text
+
+    def items(self):
+        return self.owner._items()
+
+    def pop(self, sub_id, default=None):
+        text = self.owner.pattern_of(sub_id)
+        if text is None:
+            return default
+        self.owner._withdraw(sub_id)
+        return text
+
+    def __setitem__(self, sub_id, text):
+        if self.owner.pattern_of(sub_id) != text:
+            raise KeyError(f"subscription {sub_id} must be indexed (_add) before it is recorded")
+
+    def update(self, batch):
+        for sub_id, text in batch.items():
+            self[sub_id] = text
+
+
+class NativeMatcher(_Core, Matcher):
+    """Subscribe/unsubscribe O(tokens); match O(frontier x words), bounded by nodes x
+    (words + 1), in compiled code. Readers take no lock (see the module docstring)."""
+
+    name = "native"
+
+    def __init__(self, dialect="amqp", limits=None):
+        Matcher.__init__(self, dialect, limits)
+        self._patterns = _PatternTable(self)
+        fast_len = min(self.limits.max_topic_bytes, self.limits.max_words - 1)
+        (<_Core>self)._configure(self.dialect.name == "amqp", fast_len, self._split)
+
+    def _add(self, sub_id, tokens, pattern):
+        (<_Core>self)._index(sub_id, canonical(tokens), pattern)
+
+    def _add_many(self, items):
+        cdef _Core core = <_Core>self
+        for sub_id, tokens, pattern in items:
+            core._index(sub_id, canonical(tokens), pattern)
+
+    def _remove(self, sub_id, tokens):
+        # Usually a no-op: the table's pop already withdrew it (see _PatternTable).
+        (<_Core>self)._withdraw(sub_id)
+
+    def unsubscribe(self, sub_id):
+        """Remove subscription ``sub_id``; False when it was not subscribed. O(depth)."""
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return False
+        with self._write_lock:
+            return (<_Core>self)._withdraw(sub_id)
+
+    def subscriptions(self):
+        """Every (id, pattern), copied in one native read."""
+        with self._write_lock:
+            items = (<_Core>self)._items()
+        return iter(items)
+
+    def _check(self):
+        Matcher._check(self)
+        problem = (<_Core>self)._problems()
+        assert not problem, problem

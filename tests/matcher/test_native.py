@@ -1,0 +1,79 @@
+"""Guarantees specific to ``native``: it is compiled code (no silent pure-Python stand-in),
+its id -> pattern table lives in the native structure yet behaves as the dict the base
+class expects, and its interned words, nodes and cached results follow every write. Its
+matching is covered by the shared property, conformance and concurrency tests."""
+
+from __future__ import annotations
+
+import importlib.machinery
+
+import matcher._native
+from matcher import create_matcher
+from matcher._native import NativeMatcher
+from matcher.grammar import AMQP, pattern_matches
+
+
+def test_native_is_a_compiled_extension() -> None:
+    path = matcher._native.__file__
+    assert path is not None
+    assert path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), path
+    assert path.endswith(".so") or path.endswith(".pyd"), path
+    assert isinstance(create_matcher("native"), NativeMatcher)
+
+
+def test_pattern_table_is_native_and_dict_like() -> None:
+    m = NativeMatcher()
+    m.subscribe(7, "a.#.#.b")  # canonical form indexed, text kept as written
+    m.subscribe(8, "a.#.b")
+    m.subscribe(9, "a.#.b")
+    assert m.node_count() == 4  # root, a, #, b: 7, 8 and 9 share the node
+    assert m.pattern_of(7) == "a.#.#.b" and m.pattern_of(8) == "a.#.b"
+    assert m.pattern_of(10) is None and m.pattern_of(-1) is None and m.pattern_of("7") is None  # type: ignore[arg-type]
+    assert sorted(m.subscriptions()) == [(7, "a.#.#.b"), (8, "a.#.b"), (9, "a.#.b")]
+    table = m._patterns
+    assert len(table) == 3 and 7 in table and 10 not in table and table.get(10) is None
+    assert sorted(table) == [7, 8, 9] and table[9] == "a.#.b"
+    assert table.pop(7) == "a.#.#.b" and table.pop(7) is None  # pop withdraws for real
+    assert set(m.match("a.x.b")) == {8, 9}
+    m.subscribe(7, "a.#.#.b")
+    m._check()
+
+
+def test_words_nodes_and_cached_results_follow_writes() -> None:
+    m = NativeMatcher()
+    for i in range(2_000):
+        m.subscribe(i, f"w{i}.x")
+    assert m.node_count() == 1 + 2 * 2_000
+    for i in range(2_000):
+        assert set(m.match(f"w{i}.x")) == {i}  # caches a frozenset on each leaf
+    for i in range(2_000):
+        assert m.unsubscribe(i)
+    m._check()  # every word released, every node freed, no stale cache
+    assert m.node_count() == 1 and len(m) == 0
+    assert set(m.match("w5.x")) == set()
+    m.subscribe(1, "w5.x")
+    assert set(m.match("w5.x")) == {1}
+    m.subscribe(2, "w5.x")
+    assert set(m.match("w5.x")) == {1, 2}  # the cached {1} was dropped by the write
+    m._check()
+
+
+def test_non_ascii_long_and_other_dialect_topics() -> None:
+    m = NativeMatcher()
+    m.subscribe(1, "é.*.ß")
+    m.subscribe(2, "#.ß")
+    assert set(m.match("é.x.ß")) == {1, 2}
+    assert set(m.match(b"\xc3\xa9.y.\xc3\x9f")) == {1, 2}  # type: ignore[arg-type]
+    long_key = "." * 254  # 255 empty words: past the fast path's word bound
+    words = AMQP.split_topic(long_key)
+    m.subscribe(3, "#")
+    m.subscribe(4, "*.#")
+    expected = {
+        i for i, p in [(3, "#"), (4, "*.#")] if pattern_matches(AMQP.parse_pattern(p), words)
+    }
+    assert set(m.match(long_key)) == expected
+    mqtt = NativeMatcher("mqtt")
+    mqtt.subscribe(1, "#")
+    mqtt.subscribe(2, "$SYS/#")
+    assert set(mqtt.match("$SYS/x")) == {2} and set(mqtt.match("a/b")) == {1}
+    mqtt._check()
