@@ -51,16 +51,22 @@ cdef extern from "native_core.hpp" namespace "topicstore":
     cdef uint32_t UNKNOWN_WORD
     cdef uint32_t STAR
     cdef uint32_t HASH
+    cdef uint32_t HAS_IDS
+    cdef uint32_t INDEX
+    cdef uint32_t COMBO_NODES
+    cdef uint32_t COMBO_IDS
 
     cdef cppclass Token:
         const char* data
         uint32_t size
         uint32_t kind
 
+    cdef cppclass IdVec:
+        uint32_t size()
+        const uint32_t* data()
+
     cdef cppclass Node:
-        uint32_t star
-        uint32_t hash
-        vector[uint32_t] ids
+        IdVec ids
         PyObject* cached
 
     cdef cppclass Core:
@@ -73,10 +79,13 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         Node& node_mut(uint32_t)
         const string* pattern_of(uint32_t)
         uint32_t word_id(const char*, uint32_t)
-        void walk(const uint32_t*, size_t, vector[uint32_t]&, vector[uint32_t]*) except +
+        void split_words(const char*, size_t, char, vector[uint32_t]&) except +
+        const vector[uint32_t]* walk(const uint32_t*, size_t, vector[uint32_t]*) except +
         bint add(uint32_t, const Token*, size_t, const char*, size_t) except +
         bint remove(uint32_t) except +
         string check() except +
+        PyObject* combo_get(const uint32_t*, uint32_t)
+        void combo_put(const uint32_t*, uint32_t, uint64_t, PyObject*)
 
 
 cdef extern from *:
@@ -117,7 +126,6 @@ cdef class _Core:
 
     cdef Core* core
     cdef vector[uint32_t] words   # scratch: the current topic's word ids
-    cdef vector[uint32_t] out     # scratch: the nodes a walk ends on
     cdef bint fast_amqp
     cdef Py_ssize_t fast_len
     cdef object split
@@ -168,11 +176,7 @@ cdef class _Core:
             n = PyUnicode_GET_LENGTH(topic)
             data = <const char*>PyUnicode_DATA(topic)
             if memchr(data, 0, n) == NULL:
-                start = 0
-                for i in range(n + 1):
-                    if i == n or data[i] == b'.':
-                        self.words.push_back(self.core.word_id(data + start, i - start))
-                        start = i + 1
+                self.core.split_words(data, n, b'.', self.words)
                 return 0
         cdef list words = self.split(topic)  # validates; raises InvalidTopicError
         cdef vector[const char*] ptrs
@@ -190,25 +194,35 @@ cdef class _Core:
         """Ids of every subscription whose pattern matches ``topic``, as a frozenset.
         O(frontier x words), at most nodes x (words + 1) steps."""
         self._topic_words(topic)
-        self.core.walk(self.words.data(), self.words.size(), self.out, NULL)
-        cdef uint32_t node, last = 0
-        cdef size_t holders = 0, total = 0, k
-        for node in self.out:
-            k = self.core.node(node).ids.size()
-            if k:
+        cdef const vector[uint32_t]* ends = self.core.walk(self.words.data(), self.words.size(), NULL)
+        cdef uint32_t ref, node, last = 0
+        cdef uint32_t[8] holding  # COMBO_NODES: the end nodes with ids, sorted
+        cdef size_t holders = 0, total = 0, i, j, n = ends.size()
+        for i in range(n):
+            ref = ends[0][i]
+            if ref & HAS_IDS:
+                node = ref & INDEX
+                if holders < COMBO_NODES:
+                    j = holders
+                    while j > 0 and holding[j - 1] > node:
+                        holding[j] = holding[j - 1]
+                        j -= 1
+                    holding[j] = node
                 holders += 1
-                total += k
+                total += self.core.node(node).ids.size()
                 last = node
         if holders == 0:
             return EMPTY
         cdef vector[uint32_t] found  # a copy: building Python objects may run other threads
         cdef uint64_t version
         cdef PyObject* cached
+        cdef const uint32_t* ids
         if holders == 1:
             cached = self.core.node(last).cached
             if cached != NULL:
                 return <object>cached
-            found = self.core.node(last).ids
+            ids = self.core.node(last).ids.data()
+            found.assign(ids, ids + total)
             version = self.core.version()
             result = _frozen(found)
             if total <= CACHED_MAX and self.core.version() == version:
@@ -216,25 +230,39 @@ cdef class _Core:
                 Py_INCREF(result)
                 self.core.node_mut(last).cached = <PyObject*>result
             return result
+        cdef bint keep = holders <= COMBO_NODES and total <= COMBO_IDS
+        if keep:
+            cached = self.core.combo_get(holding, holders)
+            if cached != NULL:
+                return <object>cached
         found.reserve(total)
-        for node in self.out:
-            found.insert(found.end(), self.core.node(node).ids.begin(), self.core.node(node).ids.end())
-        return _frozen(found)
+        for i in range(n):
+            ref = ends[0][i]
+            if ref & HAS_IDS:
+                ids = self.core.node(ref & INDEX).ids.data()
+                found.insert(found.end(), ids, ids + self.core.node(ref & INDEX).ids.size())
+        version = self.core.version()
+        result = _frozen(found)
+        if keep:
+            self.core.combo_put(holding, holders, version, <PyObject*>result)
+        return result
 
     def _walk(self, words, level_sizes):
         """The walk over ``words`` (already split): the nodes it ends on, and, into
         ``level_sizes`` when given, the nodes live at each level (tests check the bound)."""
         cdef vector[uint32_t] ids
         cdef vector[uint32_t] sizes
-        cdef Py_ssize_t size
+        cdef Py_ssize_t size, i
         cdef const char* data
         for word in words:
             data = PyUnicode_AsUTF8AndSize(word, &size)
             ids.push_back(self.core.word_id(data, size))
-        self.core.walk(ids.data(), ids.size(), self.out, &sizes if level_sizes is not None else NULL)
+        cdef const vector[uint32_t]* ends = self.core.walk(
+            ids.data(), ids.size(), &sizes if level_sizes is not None else NULL
+        )
         if level_sizes is not None:
             level_sizes.extend(sizes)
-        return list(self.out)
+        return [ends[0][i] & INDEX for i in range(<Py_ssize_t>ends.size())]
 
     cdef bint _index(self, uint32_t sub_id, tuple tokens, str pattern) except -1:
         """Index one validated subscription (canonical ``tokens``); False if the id is

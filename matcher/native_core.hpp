@@ -1,7 +1,10 @@
 // The `native` engine's storage and walk: the algorithm of matcher/trie.py in C++.
 //
-// Nodes live in one vector and refer to each other by 32-bit index (0 is the root, so 0
-// also means "no such node" in a star/hash/child field: the root is nobody's child). Words
+// Nodes live in one vector and refer to each other by 32-bit references: the node's index
+// (0 is the root, so 0 also means "no such node": the root is nobody's child) tagged with
+// whether that node has a '*' child, a '#' child and ids. The walk reads a node only when
+// a tag says there is something to read there; the common step is one probe of the edge
+// table, and a miss in cache there is what a step costs (profiled). Words
 // are interned to 32-bit ids; literal edges are one open-addressing table keyed by
 // (parent, word id), so a step of the walk is a multiply, a mask and a compare of integers.
 // The id -> (node, pattern text) table is native too: nothing per subscription is a Python
@@ -16,7 +19,10 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +30,11 @@
 namespace topicstore {
 
 constexpr uint32_t NO_NODE = 0;             // in star/hash/child fields (the root is index 0)
+constexpr uint32_t HAS_STAR = 1u << 31;     // reference tags: what the referenced node has
+constexpr uint32_t HAS_HASH = 1u << 30;
+constexpr uint32_t HAS_IDS = 1u << 29;
+constexpr uint32_t INDEX = HAS_IDS - 1;     // the node index part of a reference
+constexpr uint32_t MAX_NODES = INDEX;
 constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
 constexpr uint32_t UNKNOWN_WORD = 0xFFFFFFFFu;  // a topic word no pattern names
 constexpr uint32_t STAR = 0xFFFFFFFEu;        // token / edge label of '*'
@@ -38,6 +49,8 @@ inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
+// Topic words are short: both helpers stay inline, byte loops below 8 bytes (a library
+// memcpy/memcmp call per word showed up in profiles).
 inline uint64_t hash_bytes(const char* p, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(n) * 0xbf58476d1ce4e5b9ULL);
     while (n >= 8) {
@@ -49,8 +62,15 @@ inline uint64_t hash_bytes(const char* p, size_t n) {
         n -= 8;
     }
     uint64_t v = 0;
-    std::memcpy(&v, p, n);
+    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
     return mix64(h ^ v);
+}
+
+inline bool same_bytes(const char* a, const char* b, size_t n) {
+    if (n > 16) return std::memcmp(a, b, n) == 0;
+    for (size_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) return false;
+    return true;
 }
 
 // One token of a pattern: a literal word (bytes) or STAR / HASH.
@@ -71,16 +91,72 @@ struct Text {
     uint32_t refs;
 };
 
-struct Node {
-    uint32_t star = NO_NODE;
-    uint32_t hash = NO_NODE;
+// A node's ids: up to two inline (most nodes hold one or two subscriptions, and a match
+// then reads no second cache line), more in a heap array. Trivially copyable so the node
+// vector can grow by memmove; the owner frees it (release()).
+class IdVec {
+   public:
+    uint32_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    const uint32_t* data() const { return cap_ <= INLINE ? inline_ : heap_; }
+    uint32_t* data() { return cap_ <= INLINE ? inline_ : heap_; }
+    uint32_t& operator[](uint32_t i) { return data()[i]; }
+    uint32_t operator[](uint32_t i) const { return data()[i]; }
+    uint32_t back() const { return data()[size_ - 1]; }
+    void push_back(uint32_t id) {
+        if (size_ == cap_) reserve(cap_ * 2);
+        data()[size_++] = id;
+    }
+    void pop_back() {
+        --size_;
+        if (cap_ > INLINE && size_ * 4 <= cap_) reserve(size_ <= INLINE ? INLINE : cap_ / 2);
+    }
+    void release() {
+        if (cap_ > INLINE) std::free(heap_);
+        size_ = 0;
+        cap_ = INLINE;
+    }
+
+   private:
+    static constexpr uint32_t INLINE = 2;
+    uint32_t size_ = 0;
+    uint32_t cap_ = INLINE;
+    union {
+        uint32_t inline_[INLINE];
+        uint32_t* heap_;
+    };
+
+    void reserve(uint32_t cap) {
+        uint32_t* old = data();
+        bool was_heap = cap_ > INLINE;
+        if (cap <= INLINE) {
+            uint32_t tmp[INLINE];
+            std::memcpy(tmp, old, size_ * sizeof(uint32_t));
+            if (was_heap) std::free(old);
+            std::memcpy(inline_, tmp, size_ * sizeof(uint32_t));
+            cap_ = INLINE;
+            return;
+        }
+        uint32_t* fresh = static_cast<uint32_t*>(std::malloc(cap * sizeof(uint32_t)));
+        if (fresh == nullptr) throw std::bad_alloc();
+        std::memcpy(fresh, old, size_ * sizeof(uint32_t));
+        if (was_heap) std::free(old);
+        heap_ = fresh;
+        cap_ = cap;
+    }
+};
+
+// One cache line: the walk's reads of a node (tags aside) touch this line only.
+struct alignas(64) Node {
+    uint32_t star = NO_NODE;  // tagged reference to the '*' child
+    uint32_t hash = NO_NODE;  // tagged reference to the '#' child
     uint32_t parent = 0;
     uint32_t label = 0;      // the edge from the parent: a word id, STAR or HASH
     uint32_t nchildren = 0;  // literal edges out
     uint32_t stamp = 0;      // the hash walk that last made this '#' node active
     bool is_hash = false;
     bool live = false;
-    std::vector<uint32_t> ids;        // subscriptions ending here; ids[pos] per the id table
+    IdVec ids;                        // subscriptions ending here; ids[pos] per the id table
     std::vector<Text>* texts = nullptr;  // distinct pattern texts of those ids (usually one)
     PyObject* cached = nullptr;       // frozenset(ids), built on a match, cleared on write
 
@@ -90,7 +166,7 @@ struct Node {
 struct Edge {
     uint32_t parent;
     uint32_t word;
-    uint32_t child;  // NO_NODE: free slot
+    uint32_t child;  // tagged reference; NO_NODE: free slot
 };
 
 struct IdSlot {
@@ -104,6 +180,18 @@ struct WordEntry {
     std::string text;
     uint64_t hash = 0;
     uint32_t refs = 0;  // literal edges labelled with this word; 0: the id is free
+};
+
+// A result of several end nodes, kept for the next walk that ends on the same nodes.
+constexpr uint32_t COMBO_NODES = 8;    // end nodes at most (with ids) in a kept result
+constexpr uint32_t COMBO_IDS = 32;     // ids at most in a kept result
+constexpr size_t COMBO_SLOTS = 2048;   // direct-mapped: a new result evicts the slot's old one
+
+struct ComboSlot {
+    uint64_t version = 0;  // the structure's version it was built against (0: empty)
+    uint32_t n = 0;
+    uint32_t nodes[COMBO_NODES];
+    PyObject* result = nullptr;
 };
 
 struct WordSlot {
@@ -123,9 +211,11 @@ class Core {
     Core(const Core&) = delete;
     Core& operator=(const Core&) = delete;
     ~Core() {
+        for (ComboSlot& c : combos_) Py_XDECREF(c.result);
         for (Node& n : nodes_) {
             Py_XDECREF(n.cached);
             delete n.texts;
+            n.ids.release();
         }
     }
 
@@ -161,8 +251,23 @@ class Core {
             if (s.id_plus1 == 0) return UNKNOWN_WORD;
             if (s.hash32 == h32) {
                 const std::string& w = words_[s.id_plus1 - 1].text;
-                if (w.size() == n && std::memcmp(w.data(), p, n) == 0) return s.id_plus1 - 1;
+                if (w.size() == n && same_bytes(w.data(), p, n)) return s.id_plus1 - 1;
             }
+        }
+    }
+
+    // `out` := the word ids of `data[:n]` split on `sep` (every separator splits, empty
+    // words included).
+    void split_words(const char* data, size_t n, char sep, std::vector<uint32_t>& out) const {
+        out.clear();
+        const char* end = data + n;
+        const char* start = data;
+        for (;;) {
+            const char* dot = static_cast<const char*>(std::memchr(start, sep, end - start));
+            const char* stop = dot ? dot : end;
+            out.push_back(word_id(start, static_cast<uint32_t>(stop - start)));
+            if (!dot) return;
+            start = dot + 1;
         }
     }
 
@@ -175,17 +280,47 @@ class Core {
         }
     }
 
-    // Nodes reachable after consuming `words` (ids from word_id), into `out`: the walk of
-    // matcher/trie.py. `level_sizes`, when not null, receives the nodes live at each level
-    // (the bound checked by the tests: at most node_count() each).
-    void walk(const uint32_t* words, size_t n, std::vector<uint32_t>& out,
-              std::vector<uint32_t>* level_sizes) {
-        out.clear();
-        if (hash_count_ == 0 && level_sizes == nullptr) {
-            plain_walk(words, n, out);
-            return;
-        }
-        hash_walk(words, n, out, level_sizes);
+    // The tags of node `i` (what a reference to it carries).
+    uint32_t tags(uint32_t i) const {
+        const Node& n = nodes_[i];
+        return (n.star != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
+               (n.ids.empty() ? 0 : HAS_IDS);
+    }
+
+    // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
+    // the walk of matcher/trie.py. The vector is scratch, valid until the next walk.
+    // `level_sizes`, when not null, receives the nodes live at each level (the bound the
+    // tests check: at most node_count() each).
+    const std::vector<uint32_t>* walk(const uint32_t* words, size_t n,
+                                      std::vector<uint32_t>* level_sizes) {
+        if (hash_count_ == 0 && level_sizes == nullptr) return plain_walk(words, n);
+        return hash_walk(words, n, level_sizes);
+    }
+
+    // The kept frozenset for the sorted end nodes `nodes[:n]` (borrowed), or nullptr. Any
+    // write makes every kept result stale (the version moves on), so none is ever served
+    // for a structure it was not built from.
+    PyObject* combo_get(const uint32_t* nodes, uint32_t n) const {
+        if (combos_.empty()) return nullptr;
+        const ComboSlot& c = combos_[combo_bucket(nodes, n)];
+        if (c.version != version_ || c.n != n) return nullptr;
+        if (std::memcmp(c.nodes, nodes, n * sizeof(uint32_t)) != 0) return nullptr;
+        return c.result;
+    }
+
+    // Keep `result` (a new reference is taken) for `nodes[:n]` if no write happened since
+    // `version` was read (the walk it came from is still the structure's).
+    void combo_put(const uint32_t* nodes, uint32_t n, uint64_t version, PyObject* result) {
+        if (version != version_ || n > COMBO_NODES) return;
+        if (combos_.empty()) combos_.resize(COMBO_SLOTS);
+        ComboSlot& c = combos_[combo_bucket(nodes, n)];
+        PyObject* old = c.result;
+        Py_INCREF(result);
+        c.result = result;
+        c.version = version_;
+        c.n = n;
+        std::memcpy(c.nodes, nodes, n * sizeof(uint32_t));
+        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
     }
 
     // -- writes (the caller holds the write lock and has validated everything) -------------
@@ -199,21 +334,23 @@ class Core {
             const Token& t = tokens[i];
             uint32_t next;
             if (t.kind == STAR) {
-                next = nodes_[cur].star;
+                next = nodes_[cur].star & INDEX;
                 if (next == NO_NODE) {
                     next = new_node(cur, STAR, false);
                     nodes_[cur].star = next;
+                    retag(cur);
                 }
             } else if (t.kind == HASH) {
-                next = nodes_[cur].hash;
+                next = nodes_[cur].hash & INDEX;
                 if (next == NO_NODE) {
                     next = new_node(cur, HASH, true);
                     nodes_[cur].hash = next;
                     ++hash_count_;
+                    retag(cur);
                 }
             } else {
                 uint32_t w = intern(t.data, t.size);
-                next = child(cur, w);
+                next = child(cur, w) & INDEX;
                 if (next == NO_NODE) {
                     next = new_node(cur, w, false);
                     ++words_[w].refs;
@@ -247,6 +384,7 @@ class Core {
         insert_id(id, cur, ti, static_cast<uint32_t>(leaf.ids.size()));
         leaf.ids.push_back(id);
         Py_CLEAR(leaf.cached);
+        if (leaf.ids.size() == 1) retag(cur);
         return true;
     }
 
@@ -270,9 +408,8 @@ class Core {
         if (leaf.ids.empty()) {
             delete leaf.texts;
             leaf.texts = nullptr;
-            std::vector<uint32_t>().swap(leaf.ids);
-        } else if (leaf.ids.size() * 4 < leaf.ids.capacity()) {
-            leaf.ids.shrink_to_fit();
+            leaf.ids.release();
+            retag(cur);
         }
         // Prune nodes left empty, bottom-up (the root stays).
         while (cur != 0 && nodes_[cur].empty()) {
@@ -281,9 +418,11 @@ class Core {
             Node& p = nodes_[parent];
             if (n.label == STAR) {
                 p.star = NO_NODE;
+                retag(parent);
             } else if (n.label == HASH) {
                 p.hash = NO_NODE;
                 --hash_count_;
+                retag(parent);
             } else {
                 erase_edge(parent, n.label);
                 --p.nchildren;
@@ -309,18 +448,22 @@ class Core {
             ids += static_cast<uint32_t>(n.ids.size());
             if (i != 0 && n.empty()) return "unpruned empty node";
             if (n.is_hash && (n.star != NO_NODE || n.hash != NO_NODE)) return "non-canonical";
-            if (n.hash != NO_NODE && !nodes_[n.hash].is_hash) return "hash edge to a non-# node";
+            if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash) return "hash edge to a non-# node";
+            if (n.star != NO_NODE && n.star != ((n.star & INDEX) | tags(n.star & INDEX))) return "star tag";
+            if (n.hash != NO_NODE && n.hash != ((n.hash & INDEX) | tags(n.hash & INDEX))) return "hash tag";
             if (n.ids.empty() != (n.texts == nullptr)) return "texts without ids";
-            if (n.star != NO_NODE && (nodes_[n.star].parent != i || nodes_[n.star].label != STAR))
+            if (n.star != NO_NODE &&
+                (nodes_[n.star & INDEX].parent != i || nodes_[n.star & INDEX].label != STAR))
                 return "star child's parent link";
-            if (n.hash != NO_NODE && (nodes_[n.hash].parent != i || nodes_[n.hash].label != HASH))
+            if (n.hash != NO_NODE &&
+                (nodes_[n.hash & INDEX].parent != i || nodes_[n.hash & INDEX].label != HASH))
                 return "hash child's parent link";
             if (i != 0) {
                 const Node& p = nodes_[n.parent];
                 if (!p.live) return "dead parent";
-                if (n.label == STAR ? p.star != i
-                    : n.label == HASH ? p.hash != i
-                                      : child(n.parent, n.label) != i)
+                if (n.label == STAR ? (p.star & INDEX) != i
+                    : n.label == HASH ? (p.hash & INDEX) != i
+                                      : (child(n.parent, n.label) & INDEX) != i)
                     return "parent does not lead here";
             }
             if (n.texts) {
@@ -344,7 +487,9 @@ class Core {
         for (const Edge& e : edges_) {
             if (e.child == NO_NODE) continue;
             ++edges;
-            if (!nodes_[e.child].live || nodes_[e.child].parent != e.parent) return "edge target";
+            uint32_t c = e.child & INDEX;
+            if (!nodes_[c].live || nodes_[c].parent != e.parent) return "edge target";
+            if (e.child != (c | tags(c))) return "edge tag";
             if (e.word >= words_.size() || words_[e.word].refs == 0) return "edge word";
             ++children[e.parent];
             ++wrefs[e.word];
@@ -375,7 +520,8 @@ class Core {
     std::vector<WordSlot> wordslots_;
     uint32_t node_count_ = 1, hash_count_ = 0, id_count_ = 0, edge_count_ = 0, word_count_ = 0;
     uint32_t epoch_ = 0;
-    uint64_t version_ = 0;
+    uint64_t version_ = 1;
+    std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
     std::vector<uint32_t> level_, next_, active_, slot_of_, slot_word_, head_;
     std::vector<std::pair<uint32_t, uint32_t>> entries_;  // (node, next entry) per slot list
@@ -383,32 +529,48 @@ class Core {
     static size_t edge_bucket(uint32_t parent, uint32_t word) {
         return static_cast<size_t>(mix64((static_cast<uint64_t>(parent) << 32) | word));
     }
+    static size_t combo_bucket(const uint32_t* nodes, uint32_t n) {
+        uint64_t h = n;
+        for (uint32_t i = 0; i < n; ++i) h = mix64(h ^ (static_cast<uint64_t>(nodes[i]) << 20));
+        return static_cast<size_t>(h & (COMBO_SLOTS - 1));
+    }
     static size_t id_bucket(uint32_t id) {
         return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> 20);
     }
 
-    void plain_walk(const uint32_t* words, size_t n, std::vector<uint32_t>& out) {
+    const std::vector<uint32_t>* plain_walk(const uint32_t* words, size_t n) {
         // Without '#' there are no loops and every node has one parent edge, so a level
         // holds each node at most once.
         std::vector<uint32_t>& level = level_;
         std::vector<uint32_t>& next = next_;
         level.clear();
-        level.push_back(0);
+        level.push_back(tags(0));
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
             next.clear();
-            for (uint32_t node : level) {
+            prefetch_level(level, w);
+            for (uint32_t ref : level) {
                 if (w != UNKNOWN_WORD) {
-                    uint32_t c = child(node, w);
+                    uint32_t c = child(ref & INDEX, w);
                     if (c != NO_NODE) next.push_back(c);
                 }
-                uint32_t s = nodes_[node].star;
-                if (s != NO_NODE) next.push_back(s);
+                if (ref & HAS_STAR) next.push_back(nodes_[ref & INDEX].star);
             }
-            if (next.empty()) return;
             level.swap(next);
+            if (level.empty()) break;
         }
-        out.assign(level.begin(), level.end());
+        return &level;
+    }
+
+    // A level's probes are independent of each other: asking for all their cache lines
+    // first overlaps the misses (the walk is bound by them on large tries, profiled).
+    void prefetch_level(const std::vector<uint32_t>& level, uint32_t w) const {
+        if (level.size() < 2) return;
+        size_t mask = edges_.size() - 1;
+        for (uint32_t ref : level) {
+            if (w != UNKNOWN_WORD) __builtin_prefetch(&edges_[edge_bucket(ref & INDEX, w) & mask]);
+            if (ref & HAS_STAR) __builtin_prefetch(&nodes_[ref & INDEX]);
+        }
     }
 
     // A reached '#' node stays active at every later position, so it is set aside (stamped
@@ -416,11 +578,13 @@ class Core {
     // distinct words are indexed per word: a level costs the nodes that match its word.
     // Each node is processed at most once per level: nodes x (words + 1) steps at most.
     void reach(const std::vector<uint32_t>& from) {
-        for (uint32_t node : from) {
-            uint32_t h = nodes_[node].hash;
-            if (h == NO_NODE || nodes_[h].stamp == epoch_) continue;
+        for (uint32_t ref : from) {
+            if (!(ref & HAS_HASH)) continue;
+            uint32_t href = nodes_[ref & INDEX].hash;
+            uint32_t h = href & INDEX;
+            if (nodes_[h].stamp == epoch_) continue;
             nodes_[h].stamp = epoch_;
-            active_.push_back(h);
+            active_.push_back(href);
             if (nodes_[h].nchildren == 0) continue;
             for (uint32_t slot = 0; slot < slot_word_.size(); ++slot) {
                 uint32_t c = child(h, slot_word_[slot]);
@@ -432,8 +596,8 @@ class Core {
         }
     }
 
-    void hash_walk(const uint32_t* words, size_t n, std::vector<uint32_t>& out,
-                   std::vector<uint32_t>* level_sizes) {
+    const std::vector<uint32_t>* hash_walk(const uint32_t* words, size_t n,
+                                           std::vector<uint32_t>* level_sizes) {
         if (++epoch_ == 0) {  // wrapped: forget every stamp
             for (Node& node : nodes_) node.stamp = 0;
             epoch_ = 1;
@@ -455,19 +619,19 @@ class Core {
         std::vector<uint32_t>& level = level_;
         std::vector<uint32_t>& next = next_;
         level.clear();
-        level.push_back(0);
+        level.push_back(tags(0));
         reach(level);
         if (level_sizes) level_sizes->push_back(static_cast<uint32_t>(level.size() + active_.size()));
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
             next.clear();
-            for (uint32_t node : level) {
+            prefetch_level(level, w);
+            for (uint32_t ref : level) {
                 if (w != UNKNOWN_WORD) {
-                    uint32_t c = child(node, w);
+                    uint32_t c = child(ref & INDEX, w);
                     if (c != NO_NODE) next.push_back(c);
                 }
-                uint32_t s = nodes_[node].star;
-                if (s != NO_NODE) next.push_back(s);
+                if (ref & HAS_STAR) next.push_back(nodes_[ref & INDEX].star);
             }
             if (slot_of_[i] != UINT32_MAX)
                 for (uint32_t e = head_[slot_of_[i]]; e != UINT32_MAX; e = entries_[e].second)
@@ -476,10 +640,29 @@ class Core {
             if (level_sizes)
                 level_sizes->push_back(static_cast<uint32_t>(next.size() + active_.size()));
             level.swap(next);
-            if (level.empty() && active_.empty()) return;
+            if (level.empty() && active_.empty()) return &level;
         }
-        out.assign(level.begin(), level.end());
-        out.insert(out.end(), active_.begin(), active_.end());
+        level.insert(level.end(), active_.begin(), active_.end());
+        return &level;
+    }
+
+    // Node `i`'s tags changed: rewrite the one reference to it (in its parent).
+    void retag(uint32_t i) {
+        if (i == 0) return;
+        const Node& n = nodes_[i];
+        uint32_t ref = i | tags(i);
+        if (n.label == STAR) {
+            nodes_[n.parent].star = ref;
+        } else if (n.label == HASH) {
+            nodes_[n.parent].hash = ref;
+        } else {
+            size_t mask = edges_.size() - 1;
+            size_t k = edge_bucket(n.parent, n.label) & mask;
+            while (!(edges_[k].parent == n.parent && edges_[k].word == n.label &&
+                     edges_[k].child != NO_NODE))
+                k = (k + 1) & mask;
+            edges_[k].child = ref;
+        }
     }
 
     uint32_t new_node(uint32_t parent, uint32_t label, bool is_hash) {
@@ -488,6 +671,7 @@ class Core {
             i = free_nodes_.back();
             free_nodes_.pop_back();
         } else {
+            if (nodes_.size() >= MAX_NODES) throw std::length_error("too many trie nodes");
             i = static_cast<uint32_t>(nodes_.size());
             nodes_.emplace_back();
         }
@@ -502,7 +686,7 @@ class Core {
 
     void free_node(uint32_t i) {
         Node& n = nodes_[i];
-        if (n.is_hash) n.stamp = 0;
+        n.ids.release();
         n = Node();
         free_nodes_.push_back(i);
         --node_count_;
