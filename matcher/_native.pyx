@@ -26,7 +26,7 @@ from libc.string cimport memchr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from matcher.base import EMPTY, Matcher, check_sub_id
+from matcher.base import EMPTY, Matcher, check_sub_id, gc_paused
 from matcher.errors import CapacityError, SubscriptionConflictError
 from matcher.grammar import MANY, ONE, canonical, checked_text
 
@@ -127,7 +127,12 @@ cdef class _Core:
     cdef Core* core
     cdef vector[uint32_t] words   # scratch: the current topic's word ids
     cdef bint fast_amqp
+    cdef Py_ssize_t max_subscriptions
+    cdef object dialect_
+    cdef object limits_
     cdef Py_ssize_t fast_len
+    cdef Py_ssize_t max_pattern_bytes
+    cdef Py_ssize_t max_words
     cdef object split
 
     def __cinit__(self, *args, **kwargs):
@@ -136,10 +141,64 @@ cdef class _Core:
     def __dealloc__(self):
         del self.core
 
-    cdef _configure(self, bint fast_amqp, Py_ssize_t fast_len, object split):
-        self.fast_amqp = fast_amqp
-        self.fast_len = fast_len
+    cdef _configure(self, object dialect, object limits, object split):
+        self.dialect_ = dialect
+        self.limits_ = limits
+        self.fast_amqp = dialect.name == "amqp"
+        # As the dialect's topic_splitter: with fewer characters than max_words, a key
+        # cannot have too many words.
+        self.fast_len = min(limits.max_topic_bytes, limits.max_words - 1)
+        self.max_pattern_bytes = limits.max_pattern_bytes
+        self.max_words = limits.max_words
+        self.max_subscriptions = limits.max_subscriptions
         self.split = split
+
+    cdef bint _fast_tokens(self, pattern, vector[Token]& out):
+        """The canonical tokens of an AMQP ``pattern`` that is plainly valid (a non-empty
+        ASCII str without NUL, within the byte and word limits), pointing into its text;
+        False (``out`` unspecified) for anything else, which the general, validating path
+        in ``grammar`` then handles. Same rules, same result: ``tokens_of`` + ``canonical``."""
+        if not self.fast_amqp or type(pattern) is not str or not PyUnicode_IS_ASCII(pattern):
+            return False
+        cdef Py_ssize_t n = PyUnicode_GET_LENGTH(pattern)
+        if n == 0 or n > self.max_pattern_bytes:
+            return False
+        cdef const char* data = <const char*>PyUnicode_DATA(pattern)
+        if memchr(data, 0, n) != NULL:
+            return False
+        out.clear()
+        cdef Py_ssize_t start = 0, i, words = 0, stars = 0
+        cdef bint hashes = False
+        cdef Token t
+        for i in range(n + 1):
+            if i < n and data[i] != 46:  # '.'
+                continue
+            words += 1
+            if i - start == 1 and data[start] == 42:  # '*'
+                stars += 1
+            elif i - start == 1 and data[start] == 35:  # '#'
+                hashes = True
+            else:
+                # canonical(): a run of wildcards becomes its '*'s, then one '#' if any
+                t.data, t.size, t.kind = <const char*>NULL, 0, STAR
+                while stars:
+                    out.push_back(t)
+                    stars -= 1
+                if hashes:
+                    t.kind = HASH
+                    out.push_back(t)
+                    hashes = False
+                t.data, t.size, t.kind = data + start, i - start, 0
+                out.push_back(t)
+            start = i + 1
+        t.data, t.size, t.kind = <const char*>NULL, 0, STAR
+        while stars:
+            out.push_back(t)
+            stars -= 1
+        if hashes:
+            t.kind = HASH
+            out.push_back(t)
+        return words <= self.max_words
 
     def __len__(self):
         return self.core.size()
@@ -282,6 +341,86 @@ cdef class _Core:
         cdef const char* text = PyUnicode_AsUTF8AndSize(pattern, &size)
         return self.core.add(sub_id, spec.data(), spec.size(), text, size)
 
+    cdef bint _fast_subscribe(self, sub_id, pattern, object lock) except -1:
+        """``Matcher.subscribe`` for a plainly valid AMQP pattern, without building tokens
+        in Python; False when the pattern needs the general path."""
+        cdef vector[Token] spec
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return False
+        if not self._fast_tokens(pattern, spec):
+            return False
+        cdef uint32_t key = sub_id
+        cdef const string* existing
+        with lock:
+            existing = self.core.pattern_of(key)
+            if existing != NULL:
+                text = _text(existing[0])
+                if text == pattern:
+                    return True
+                raise SubscriptionConflictError(
+                    "id_conflict",
+                    f"subscription {sub_id} already has pattern {text!r}, not {pattern!r}",
+                )
+            self._check_room(1, False)
+            self.core.add(key, spec.data(), spec.size(),
+                          <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern))
+        return True
+
+    cdef int _check_room(self, Py_ssize_t more, bint bulk) except -1:
+        cdef Py_ssize_t limit = self.max_subscriptions
+        if self.core.size() + more > limit:
+            if not bulk:
+                raise CapacityError(
+                    "too_many_subscriptions",
+                    f"the matcher holds {limit} subscriptions, its limit",
+                )
+            raise CapacityError(
+                "too_many_subscriptions",
+                f"{more} more subscriptions would exceed the limit of {limit}",
+            )
+        return 0
+
+    cdef Py_ssize_t _fast_subscribe_many(self, items, object lock) except -1:
+        """``Matcher.subscribe_many``, all or nothing: every item validated (plainly valid
+        AMQP patterns in C, the rest by ``grammar``) and checked against the table and the
+        batch before anything is indexed."""
+        cdef vector[Token] spec
+        cdef dict batch = {}
+        cdef dict tokens = {}  # of the items the general path validated
+        cdef const string* existing
+        cdef bint fast
+        with lock:
+            for sub_id, pattern in items:
+                check_sub_id(sub_id)
+                fast = self._fast_tokens(pattern, spec)
+                if not fast:
+                    pattern = checked_text(pattern, "pattern", self.max_pattern_bytes)
+                existing = self.core.pattern_of(<uint32_t>sub_id)
+                if existing != NULL:
+                    text = _text(existing[0])
+                else:
+                    text = batch.get(sub_id)
+                if text is not None:
+                    if text == pattern:
+                        continue
+                    raise SubscriptionConflictError(
+                        "id_conflict",
+                        f"subscription {sub_id} already has pattern {text!r}, not {pattern!r}",
+                    )
+                batch[sub_id] = pattern
+                if not fast:
+                    tokens[sub_id] = canonical(self.dialect_.tokens_of(pattern, self.limits_))
+            self._check_room(len(batch), True)
+            # Everything is valid: index (nothing below raises but MemoryError).
+            for sub_id, pattern in batch.items():
+                if sub_id in tokens:
+                    self._index(sub_id, tokens[sub_id], pattern)
+                else:
+                    self._fast_tokens(pattern, spec)
+                    self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
+                                  <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern))
+        return len(batch)
+
     cdef bint _withdraw(self, uint32_t sub_id) except -1:
         return self.core.remove(sub_id)
 
@@ -357,8 +496,19 @@ class NativeMatcher(_Core, Matcher):
     def __init__(self, dialect="amqp", limits=None):
         Matcher.__init__(self, dialect, limits)
         self._patterns = _PatternTable(self)
-        fast_len = min(self.limits.max_topic_bytes, self.limits.max_words - 1)
-        (<_Core>self)._configure(self.dialect.name == "amqp", fast_len, self._split)
+        (<_Core>self)._configure(self.dialect, self.limits, self._split)
+
+    def subscribe(self, sub_id, pattern):
+        """``Matcher.subscribe``: plainly valid AMQP patterns are checked and indexed in
+        C, anything else takes the base class's path (same rules, same errors)."""
+        if not (<_Core>self)._fast_subscribe(sub_id, pattern, self._write_lock):
+            Matcher.subscribe(self, sub_id, pattern)
+
+    def subscribe_many(self, items):
+        """``Matcher.subscribe_many`` (all or nothing, validated first), the common case
+        in C; returns how many were new."""
+        with gc_paused():
+            return (<_Core>self)._fast_subscribe_many(items, self._write_lock)
 
     def _add(self, sub_id, tokens, pattern):
         (<_Core>self)._index(sub_id, canonical(tokens), pattern)
@@ -389,3 +539,4 @@ class NativeMatcher(_Core, Matcher):
         Matcher._check(self)
         problem = (<_Core>self)._problems()
         assert not problem, problem
+

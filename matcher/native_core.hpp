@@ -33,7 +33,9 @@ constexpr uint32_t NO_NODE = 0;             // in star/hash/child fields (the ro
 constexpr uint32_t HAS_STAR = 1u << 31;     // reference tags: what the referenced node has
 constexpr uint32_t HAS_HASH = 1u << 30;
 constexpr uint32_t HAS_IDS = 1u << 29;
-constexpr uint32_t INDEX = HAS_IDS - 1;     // the node index part of a reference
+constexpr uint32_t HAS_KIDS = 1u << 28;     // literal children
+constexpr uint32_t INDEX = HAS_KIDS - 1;    // the node index part of a reference
+constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
 constexpr uint32_t MAX_NODES = INDEX;
 constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
 constexpr uint32_t UNKNOWN_WORD = 0xFFFFFFFFu;  // a topic word no pattern names
@@ -284,7 +286,7 @@ class Core {
     uint32_t tags(uint32_t i) const {
         const Node& n = nodes_[i];
         return (n.star != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
-               (n.ids.empty() ? 0 : HAS_IDS);
+               (n.ids.empty() ? 0 : HAS_IDS) | (n.nchildren ? HAS_KIDS : 0);
     }
 
     // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
@@ -355,7 +357,7 @@ class Core {
                     next = new_node(cur, w, false);
                     ++words_[w].refs;
                     insert_edge(cur, w, next);
-                    ++nodes_[cur].nchildren;
+                    if (++nodes_[cur].nchildren == 1) retag(cur);
                 }
             }
             cur = next;
@@ -425,8 +427,8 @@ class Core {
                 retag(parent);
             } else {
                 erase_edge(parent, n.label);
-                --p.nchildren;
                 release_word(n.label);
+                if (--p.nchildren == 0) retag(parent);
             }
             free_node(cur);
             cur = parent;
@@ -521,13 +523,16 @@ class Core {
     uint32_t node_count_ = 1, hash_count_ = 0, id_count_ = 0, edge_count_ = 0, word_count_ = 0;
     uint32_t epoch_ = 0;
     uint64_t version_ = 1;
+    int edge_shift_ = 60;  // 64 - log2(edges_.size())
     std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
     std::vector<uint32_t> level_, next_, active_, slot_of_, slot_word_, head_;
     std::vector<std::pair<uint32_t, uint32_t>> entries_;  // (node, next entry) per slot list
 
-    static size_t edge_bucket(uint32_t parent, uint32_t word) {
-        return static_cast<size_t>(mix64((static_cast<uint64_t>(parent) << 32) | word));
+    // Fibonacci hashing: one multiply, the top bits (the walk computes one per step).
+    size_t edge_bucket(uint32_t parent, uint32_t word) const {
+        uint64_t key = (static_cast<uint64_t>(parent) << 32) | word;
+        return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> edge_shift_);
     }
     static size_t combo_bucket(const uint32_t* nodes, uint32_t n) {
         uint64_t h = n;
@@ -547,18 +552,27 @@ class Core {
         level.push_back(tags(0));
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
+            // A node is worth carrying to the next level only if it has edges to follow
+            // there, or, after the last word, ids.
+            uint32_t keep = i + 1 < n ? HAS_EDGES : HAS_IDS;
             next.clear();
             prefetch_level(level, w);
             for (uint32_t ref : level) {
-                if (w != UNKNOWN_WORD) {
+                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
                     uint32_t c = child(ref & INDEX, w);
-                    if (c != NO_NODE) next.push_back(c);
+                    if (c & keep) next.push_back(c);
                 }
-                if (ref & HAS_STAR) next.push_back(nodes_[ref & INDEX].star);
+                if (ref & HAS_STAR) {
+                    uint32_t c = nodes_[ref & INDEX].star;
+                    if (c & keep) next.push_back(c);
+                }
             }
             level.swap(next);
             if (level.empty()) break;
         }
+        // The caller reads the end nodes that hold ids next: ask for them all at once.
+        for (uint32_t ref : level)
+            if (ref & HAS_IDS) __builtin_prefetch(&nodes_[ref & INDEX]);
         return &level;
     }
 
@@ -568,7 +582,8 @@ class Core {
         if (level.size() < 2) return;
         size_t mask = edges_.size() - 1;
         for (uint32_t ref : level) {
-            if (w != UNKNOWN_WORD) __builtin_prefetch(&edges_[edge_bucket(ref & INDEX, w) & mask]);
+            if ((ref & HAS_KIDS) && w != UNKNOWN_WORD)
+                __builtin_prefetch(&edges_[edge_bucket(ref & INDEX, w) & mask]);
             if (ref & HAS_STAR) __builtin_prefetch(&nodes_[ref & INDEX]);
         }
     }
@@ -624,18 +639,24 @@ class Core {
         if (level_sizes) level_sizes->push_back(static_cast<uint32_t>(level.size() + active_.size()));
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
+            // As in plain_walk, plus HAS_HASH: reach() needs the node to set its '#' aside
+            // (which then matches after the last word too).
+            uint32_t keep = (i + 1 < n ? HAS_EDGES : HAS_IDS) | HAS_HASH;
             next.clear();
             prefetch_level(level, w);
             for (uint32_t ref : level) {
-                if (w != UNKNOWN_WORD) {
+                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
                     uint32_t c = child(ref & INDEX, w);
-                    if (c != NO_NODE) next.push_back(c);
+                    if (c & keep) next.push_back(c);
                 }
-                if (ref & HAS_STAR) next.push_back(nodes_[ref & INDEX].star);
+                if (ref & HAS_STAR) {
+                    uint32_t c = nodes_[ref & INDEX].star;
+                    if (c & keep) next.push_back(c);
+                }
             }
             if (slot_of_[i] != UINT32_MAX)
                 for (uint32_t e = head_[slot_of_[i]]; e != UINT32_MAX; e = entries_[e].second)
-                    next.push_back(entries_[e].first);
+                    if (entries_[e].first & keep) next.push_back(entries_[e].first);
             reach(next);
             if (level_sizes)
                 level_sizes->push_back(static_cast<uint32_t>(next.size() + active_.size()));
@@ -756,6 +777,7 @@ class Core {
             std::vector<Edge> old;
             old.swap(edges_);
             edges_.assign(old.size() * 2, Edge{0, 0, NO_NODE});
+            --edge_shift_;
             for (const Edge& e : old)
                 if (e.child != NO_NODE) place_edge(e);
         }

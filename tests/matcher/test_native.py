@@ -6,9 +6,12 @@ matching is covered by the shared property, conformance and concurrency tests.""
 from __future__ import annotations
 
 import importlib.machinery
+from collections.abc import Callable
+
+import pytest
 
 import matcher._native
-from matcher import create_matcher
+from matcher import Limits, MatcherError, create_matcher
 from matcher._native import NativeMatcher
 from matcher.grammar import AMQP, pattern_matches
 
@@ -77,3 +80,62 @@ def test_non_ascii_long_and_other_dialect_topics() -> None:
     mqtt.subscribe(2, "$SYS/#")
     assert set(mqtt.match("$SYS/x")) == {2} and set(mqtt.match("a/b")) == {1}
     mqtt._check()
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except MatcherError as e:
+        return (type(e).__name__, e.code, str(e))
+
+
+@pytest.mark.parametrize("dialect", ["amqp", "mqtt", "nats"])
+def test_fast_subscribe_paths_follow_the_grammar(dialect: str) -> None:
+    """Plainly valid AMQP patterns skip the Python grammar on the way in; every input must
+    still get exactly ``trie``'s (the base class's) answer, error code and message."""
+    limits = Limits(max_words=4, max_pattern_bytes=12, max_subscriptions=6)
+    inputs: list[object] = [
+        "a.b",
+        "a.*.#.*",
+        "#.#",
+        "a.b.c.d",
+        "a.b.c.d.e",
+        "x" * 13,
+        "",
+        "é.x",
+        b"a.b",
+        5,
+        "a\x00",
+        "a.+",
+        "a/#",
+        "a/+/b",
+        "a b",
+        ">",
+        "a.>",
+        "$a",
+    ]
+    native = create_matcher("native", dialect=dialect, limits=limits)
+    trie = create_matcher("trie", dialect=dialect, limits=limits)
+    for sub_id, pattern in enumerate(inputs):
+        for m in (native, trie):
+            m.subscribe_many([])  # nothing: no error, no change
+        got = _outcome(lambda: native.subscribe(sub_id, pattern))  # type: ignore[arg-type]  # noqa: B023
+        want = _outcome(lambda: trie.subscribe(sub_id, pattern))  # type: ignore[arg-type]  # noqa: B023
+        assert got == want, pattern
+    # a conflict with the table
+    assert _outcome(lambda: native.subscribe(0, "b")) == _outcome(lambda: trie.subscribe(0, "b"))
+    assert dict(native.subscriptions()) == dict(trie.subscriptions())
+    batches: list[list[tuple[object, object]]] = [
+        [(100, "q.r"), (101, "é.*"), (100, "q.r")],  # a repeat inside the batch
+        [(102, "q"), (102, "r")],  # a conflict inside the batch
+        [(103, "q"), (104, "a.b.c.d.e")],  # one invalid item: nothing is stored
+        [(105, "q"), (-1, "q")],
+        [(106, "s"), (0, "a.b")],  # a no-op against the table
+        [(107, "t"), (108, "u"), (109, "v"), (110, "w")],  # past the capacity
+    ]
+    for batch in batches:
+        got = _outcome(lambda: native.subscribe_many(batch))  # type: ignore[arg-type]  # noqa: B023
+        want = _outcome(lambda: trie.subscribe_many(batch))  # type: ignore[arg-type]  # noqa: B023
+        assert got == want, batch
+        assert dict(native.subscriptions()) == dict(trie.subscriptions()), batch
+    native._check()
