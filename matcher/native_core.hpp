@@ -526,8 +526,11 @@ class Core {
     int edge_shift_ = 60;  // 64 - log2(edges_.size())
     std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
-    std::vector<uint32_t> level_, next_, active_, slot_of_, slot_word_, head_;
-    std::vector<std::pair<uint32_t, uint32_t>> entries_;  // (node, next entry) per slot list
+    std::vector<uint32_t> level_, next_, active_, slot_of_, slot_word_, reached_, memo_touched_;
+    std::vector<std::vector<uint32_t>> by_word_;  // per slot: children of active '#' nodes
+    static constexpr size_t MEMO_SLOTS = 16;      // distinct topic words the memo table covers
+    struct Memo;
+    std::vector<Memo> memo_;
 
     // Fibonacci hashing: one multiply, the top bits (the walk computes one per step).
     size_t edge_bucket(uint32_t parent, uint32_t word) const {
@@ -590,25 +593,69 @@ class Core {
 
     // A reached '#' node stays active at every later position, so it is set aside (stamped
     // with this walk's epoch, so it enters once) and its literal edges for the topic's
-    // distinct words are indexed per word: a level costs the nodes that match its word.
-    // Each node is processed at most once per level: nodes x (words + 1) steps at most.
-    void reach(const std::vector<uint32_t>& from) {
-        for (uint32_t ref : from) {
-            if (!(ref & HAS_HASH)) continue;
-            uint32_t href = nodes_[ref & INDEX].hash;
-            uint32_t h = href & INDEX;
-            if (nodes_[h].stamp == epoch_) continue;
-            nodes_[h].stamp = epoch_;
-            active_.push_back(href);
-            if (nodes_[h].nchildren == 0) continue;
-            for (uint32_t slot = 0; slot < slot_word_.size(); ++slot) {
-                uint32_t c = child(h, slot_word_[slot]);
-                if (c != NO_NODE) {
-                    entries_.emplace_back(c, head_[slot]);
-                    head_[slot] = static_cast<uint32_t>(entries_.size() - 1);
+    // distinct words are indexed per word (by_word_): a level costs the nodes that match
+    // its word. Each node is processed at most once per level: nodes x (words + 1) steps.
+    void reach(uint32_t ref) {
+        if (!(ref & HAS_HASH)) return;
+        uint32_t href = nodes_[ref & INDEX].hash;
+        uint32_t h = href & INDEX;
+        if (nodes_[h].stamp == epoch_) return;
+        nodes_[h].stamp = epoch_;
+        active_.push_back(href);
+        if (nodes_[h].nchildren == 0) return;
+        for (uint32_t slot = 0; slot < slot_word_.size(); ++slot) {
+            uint32_t c = child(h, slot_word_[slot]);
+            if (c != NO_NODE) by_word_[slot].push_back(c);
+        }
+    }
+
+    // What the children of the '#' nodes' children for the word in slot `prev` (the
+    // level's "static" part: by_word_[prev][:len]) contribute for the next word, `slot`.
+    // Once every '#' node is active the same lists recur at every position with the same
+    // word, so the contribution is kept per (prev, slot) pair for the rest of the walk and
+    // only extended by entries added since (lists only grow during a walk).
+    struct Memo {
+        uint32_t done = 0;     // by_word_[prev][:done] are accounted for in `out`
+        uint32_t reached = 0;  // out[:reached] went through reach() already
+        std::vector<uint32_t> out;
+    };
+
+    void static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32_t w, uint32_t keep,
+                     std::vector<uint32_t>& next) {
+        const size_t k = slot_word_.size();
+        if (k >= MEMO_SLOTS) {  // too many distinct words for the table: step directly
+            size_t from = next.size();
+            for (uint32_t j = 0; j < len; ++j) {
+                uint32_t ref = by_word_[prev][j];
+                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
+                    uint32_t c = child(ref & INDEX, w);
+                    if (c & keep) next.push_back(c);
+                }
+                if (ref & HAS_STAR) {
+                    uint32_t c = nodes_[ref & INDEX].star;
+                    if (c & keep) next.push_back(c);
                 }
             }
+            for (size_t j = from; j < next.size(); ++j) reach(next[j]);
+            return;
         }
+        size_t index = prev * (MEMO_SLOTS + 1) + (slot == UINT32_MAX ? MEMO_SLOTS : slot);
+        Memo& m = memo_[index];
+        if (m.done == 0 && m.out.empty()) memo_touched_.push_back(static_cast<uint32_t>(index));
+        for (uint32_t j = m.done; j < len; ++j) {
+            uint32_t ref = by_word_[prev][j];
+            if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
+                uint32_t c = child(ref & INDEX, w);
+                if (c != NO_NODE) m.out.push_back(c);
+            }
+            if (ref & HAS_STAR) m.out.push_back(nodes_[ref & INDEX].star);
+        }
+        if (len > m.done) m.done = len;
+        for (uint32_t c : m.out)
+            if (c & keep) next.push_back(c);
+        // Only the entries new to `out` can reach a '#' node not yet active.
+        for (size_t j = m.reached; j < m.out.size(); ++j) reach(m.out[j]);
+        m.reached = static_cast<uint32_t>(m.out.size());
     }
 
     const std::vector<uint32_t>* hash_walk(const uint32_t* words, size_t n,
@@ -628,20 +675,35 @@ class Core {
             if (slot == slot_word_.size()) slot_word_.push_back(w);
             slot_of_[i] = slot;
         }
-        head_.assign(slot_word_.size(), UINT32_MAX);
-        entries_.clear();
+        const size_t k = slot_word_.size();
+        if (by_word_.size() < k) by_word_.resize(k);
+        for (size_t slot = 0; slot < k; ++slot) by_word_[slot].clear();
+        reached_.assign(k, 0);
+        if (memo_.empty()) memo_.resize(MEMO_SLOTS * (MEMO_SLOTS + 1));
+        for (uint32_t index : memo_touched_) {
+            memo_[index].done = memo_[index].reached = 0;
+            memo_[index].out.clear();
+        }
+        memo_touched_.clear();
         active_.clear();
+        // A level: `level` (nodes reached through literal and '*' edges) plus its static
+        // part, by_word_[static_slot][:static_len] (children of active '#' nodes).
         std::vector<uint32_t>& level = level_;
         std::vector<uint32_t>& next = next_;
         level.clear();
         level.push_back(tags(0));
-        reach(level);
+        uint32_t static_slot = UINT32_MAX, static_len = 0;
+        reach(level[0]);
         if (level_sizes) level_sizes->push_back(static_cast<uint32_t>(level.size() + active_.size()));
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
+            uint32_t slot = slot_of_[i];
             // As in plain_walk, plus HAS_HASH: reach() needs the node to set its '#' aside
             // (which then matches after the last word too).
             uint32_t keep = (i + 1 < n ? HAS_EDGES : HAS_IDS) | HAS_HASH;
+            // This level's static part: the list as it is now, before this level's reach()
+            // adds the children of '#' nodes reached here (they match from the next word).
+            uint32_t len = slot == UINT32_MAX ? 0 : static_cast<uint32_t>(by_word_[slot].size());
             next.clear();
             prefetch_level(level, w);
             for (uint32_t ref : level) {
@@ -654,15 +716,25 @@ class Core {
                     if (c & keep) next.push_back(c);
                 }
             }
-            if (slot_of_[i] != UINT32_MAX)
-                for (uint32_t e = head_[slot_of_[i]]; e != UINT32_MAX; e = entries_[e].second)
-                    if (entries_[e].first & keep) next.push_back(entries_[e].first);
-            reach(next);
+            size_t stepped = next.size();
+            for (size_t j = 0; j < stepped; ++j) reach(next[j]);
+            if (static_len) static_step(static_slot, static_len, slot, w, keep, next);
+            if (slot != UINT32_MAX) {
+                for (uint32_t j = reached_[slot]; j < len; ++j) reach(by_word_[slot][j]);
+                if (len > reached_[slot]) reached_[slot] = len;
+            }
             if (level_sizes)
-                level_sizes->push_back(static_cast<uint32_t>(next.size() + active_.size()));
+                level_sizes->push_back(static_cast<uint32_t>(next.size() + len + active_.size()));
             level.swap(next);
-            if (level.empty() && active_.empty()) return &level;
+            static_slot = slot;
+            static_len = len;
+            if (level.empty() && len == 0 && active_.empty()) return &level;
         }
+        if (static_len)
+            for (uint32_t j = 0; j < static_len; ++j) {
+                uint32_t ref = by_word_[static_slot][j];
+                if (ref & HAS_IDS) level.push_back(ref);
+            }
         level.insert(level.end(), active_.begin(), active_.end());
         return &level;
     }

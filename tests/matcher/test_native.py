@@ -6,6 +6,7 @@ matching is covered by the shared property, conformance and concurrency tests.""
 from __future__ import annotations
 
 import importlib.machinery
+import random
 from collections.abc import Callable
 
 import pytest
@@ -139,3 +140,26 @@ def test_fast_subscribe_paths_follow_the_grammar(dialect: str) -> None:
         assert got == want, batch
         assert dict(native.subscriptions()) == dict(trie.subscriptions()), batch
     native._check()
+
+
+@pytest.mark.parametrize("alphabet", [["a", "b", ""], [f"w{k}" for k in range(20)]])
+def test_long_topics_with_many_hashes_match_the_rule(alphabet: list[str]) -> None:
+    """Long topics revisit the same words: the '#' walk keeps what the children of '#'
+    nodes contribute per pair of words (up to 16 distinct words) and steps directly past
+    that; both against the rule itself."""
+    rng = random.Random(3)
+    tokens = [*alphabet, *["*", "#"] * 3]
+    patterns = [".".join(rng.choice(tokens) for _ in range(rng.randint(0, 7))) for _ in range(300)]
+    m = NativeMatcher()
+    m.subscribe_many(list(enumerate(patterns)))
+    parsed = [AMQP.parse_pattern(p) for p in patterns]
+    longest = 255 // (max(map(len, alphabet)) + 1)  # words that fit in a 255-byte key
+    for _ in range(60):
+        words = [
+            rng.choice(alphabet[:4] if rng.random() < 0.8 else alphabet)
+            for _ in range(rng.randint(0, longest))
+        ]
+        topic = ".".join(words)
+        words = AMQP.split_topic(topic)  # [""] joins to "", which is no word at all
+        expected = {i for i, tokens_ in enumerate(parsed) if pattern_matches(tokens_, words)}
+        assert set(m.match(topic)) == expected
