@@ -209,8 +209,9 @@ def run_memory(
             "tracemalloc there would add minutes and miss pyroaring's memory anyway)"
         )
     table.notes.append(
-        "tracemalloc misses memory pyroaring takes with malloc (bitmap containers); the RSS "
-        "columns (growth of a fresh process while subscribing, page-granular) include it"
+        "tracemalloc misses memory pyroaring takes with malloc (bitmap containers) and all of "
+        "native's (C++ new/malloc); the RSS columns (growth of a fresh process while "
+        "subscribing, page-granular) include it"
     )
     table.notes.append(
         f"RSS MiB {largest:,}: the subject's whole footprint at {largest:,} subscriptions "
