@@ -223,7 +223,6 @@ cdef class _Core:
         """``self.words`` := the word ids of ``topic`` (validated as the dialect says)."""
         cdef Py_ssize_t n, start, i
         cdef const char* data
-        self.words.clear()
         if (
             self.fast_amqp
             and type(topic) is str
@@ -235,7 +234,7 @@ cdef class _Core:
             n = PyUnicode_GET_LENGTH(topic)
             data = <const char*>PyUnicode_DATA(topic)
             if memchr(data, 0, n) == NULL:
-                self.core.split_words(data, n, b'.', self.words)
+                self.core.split_words(data, n, b'.', self.words)  # clears it first
                 return 0
         cdef list words = self.split(topic)  # validates; raises InvalidTopicError
         cdef vector[const char*] ptrs
@@ -244,7 +243,10 @@ cdef class _Core:
         for word in words:
             ptrs.push_back(PyUnicode_AsUTF8AndSize(word, &size))
             sizes.push_back(size)
-        # Looked up only now, in one go with no Python code in between (see the docstring).
+        # Filled only now, in one go with no Python code between this and the walk: the
+        # splitter above is Python code, during which another thread may match and use
+        # this scratch vector (see the module docstring).
+        self.words.clear()
         for i in range(<Py_ssize_t>ptrs.size()):
             self.words.push_back(self.core.word_id(ptrs[i], sizes[i]))
         return 0
@@ -319,9 +321,12 @@ cdef class _Core:
         cdef const vector[uint32_t]* ends = self.core.walk(
             ids.data(), ids.size(), &sizes if level_sizes is not None else NULL
         )
+        cdef vector[uint32_t] nodes  # copied out before any Python object is built
+        for i in range(<Py_ssize_t>ends.size()):
+            nodes.push_back(ends[0][i] & INDEX)
         if level_sizes is not None:
             level_sizes.extend(sizes)
-        return [ends[0][i] & INDEX for i in range(<Py_ssize_t>ends.size())]
+        return list(nodes)
 
     cdef bint _index(self, uint32_t sub_id, tuple tokens, str pattern) except -1:
         """Index one validated subscription (canonical ``tokens``); False if the id is

@@ -155,7 +155,7 @@ struct alignas(64) Node {
     uint32_t parent = 0;
     uint32_t label = 0;      // the edge from the parent: a word id, STAR or HASH
     uint32_t nchildren = 0;  // literal edges out
-    uint32_t stamp = 0;      // the hash walk that last made this '#' node active
+    uint32_t stamp = 0;      // the hash walk that last made this node's '#' child active
     bool is_hash = false;
     bool live = false;
     IdVec ids;                        // subscriptions ending here; ids[pos] per the id table
@@ -274,9 +274,14 @@ class Core {
     }
 
     uint32_t child(uint32_t parent, uint32_t word) const {
-        size_t mask = edges_.size() - 1;
+        return probe(edges_.data(), edges_.size() - 1, parent, word);
+    }
+
+    // child() on a table the caller read once (the walk's loops push into vectors, so the
+    // compiler cannot keep edges_'s pointer and size in registers across them by itself).
+    uint32_t probe(const Edge* edges, size_t mask, uint32_t parent, uint32_t word) const {
         for (size_t i = edge_bucket(parent, word) & mask;; i = (i + 1) & mask) {
-            const Edge& e = edges_[i];
+            const Edge& e = edges[i];
             if (e.child == NO_NODE) return NO_NODE;
             if (e.parent == parent && e.word == word) return e.child;
         }
@@ -597,12 +602,15 @@ class Core {
     // its word. Each node is processed at most once per level: nodes x (words + 1) steps.
     void reach(uint32_t ref) {
         if (!(ref & HAS_HASH)) return;
-        uint32_t href = nodes_[ref & INDEX].hash;
-        uint32_t h = href & INDEX;
-        if (nodes_[h].stamp == epoch_) return;
-        nodes_[h].stamp = epoch_;
+        // A '#' node has one parent: the parent's stamp says whether it is active already
+        // (one read of a line the caller had in hand, not two).
+        Node& parent = nodes_[ref & INDEX];
+        if (parent.stamp == epoch_) return;
+        parent.stamp = epoch_;
+        uint32_t href = parent.hash;
         active_.push_back(href);
-        if (nodes_[h].nchildren == 0) return;
+        if (!(href & HAS_KIDS)) return;
+        uint32_t h = href & INDEX;
         for (uint32_t slot = 0; slot < slot_word_.size(); ++slot) {
             uint32_t c = child(h, slot_word_[slot]);
             if (c != NO_NODE) by_word_[slot].push_back(c);
@@ -651,8 +659,12 @@ class Core {
             if (ref & HAS_STAR) m.out.push_back(nodes_[ref & INDEX].star);
         }
         if (len > m.done) m.done = len;
+        size_t from = next.size();
+        next.resize(from + m.out.size());
+        uint32_t* out = next.data() + from;
         for (uint32_t c : m.out)
-            if (c & keep) next.push_back(c);
+            if (c & keep) *out++ = c;
+        next.resize(static_cast<size_t>(out - next.data()));
         // Only the entries new to `out` can reach a '#' node not yet active.
         for (size_t j = m.reached; j < m.out.size(); ++j) reach(m.out[j]);
         m.reached = static_cast<uint32_t>(m.out.size());
@@ -704,18 +716,27 @@ class Core {
             // This level's static part: the list as it is now, before this level's reach()
             // adds the children of '#' nodes reached here (they match from the next word).
             uint32_t len = slot == UINT32_MAX ? 0 : static_cast<uint32_t>(by_word_[slot].size());
-            next.clear();
             prefetch_level(level, w);
-            for (uint32_t ref : level) {
-                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
-                    uint32_t c = child(ref & INDEX, w);
-                    if (c & keep) next.push_back(c);
-                }
-                if (ref & HAS_STAR) {
-                    uint32_t c = nodes_[ref & INDEX].star;
-                    if (c & keep) next.push_back(c);
+            // Each node yields two refs at most: write them unchecked.
+            next.resize(2 * level.size());
+            uint32_t* out = next.data();
+            {
+                const Edge* edges = edges_.data();
+                const size_t mask = edges_.size() - 1;
+                const Node* nodes = nodes_.data();
+                const bool known = w != UNKNOWN_WORD;
+                for (uint32_t ref : level) {
+                    if ((ref & HAS_KIDS) && known) {
+                        uint32_t c = probe(edges, mask, ref & INDEX, w);
+                        if (c & keep) *out++ = c;
+                    }
+                    if (ref & HAS_STAR) {
+                        uint32_t c = nodes[ref & INDEX].star;
+                        if (c & keep) *out++ = c;
+                    }
                 }
             }
+            next.resize(static_cast<size_t>(out - next.data()));
             size_t stepped = next.size();
             for (size_t j = 0; j < stepped; ++j) reach(next[j]);
             if (static_len) static_step(static_slot, static_len, slot, w, keep, next);

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.machinery
 import random
+import sys
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -163,3 +165,33 @@ def test_long_topics_with_many_hashes_match_the_rule(alphabet: list[str]) -> Non
         words = AMQP.split_topic(topic)  # [""] joins to "", which is no word at all
         expected = {i for i, tokens_ in enumerate(parsed) if pattern_matches(tokens_, words)}
         assert set(m.match(topic)) == expected
+
+
+def test_readers_on_the_general_path_do_not_share_words() -> None:
+    """Topics off the C fast path go through the dialect's (Python) splitter first, during
+    which another thread may match: each reader must still walk its own words."""
+    m = NativeMatcher("mqtt")
+    m.subscribe(1, "a/b")
+    m.subscribe(2, "c/d/e")
+    m.subscribe(3, "+/é")
+    cases = {"a/b": {1}, "c/d/e": {2}, "x/é": {3}, "a/b/c": set()}
+    errors: list[BaseException] = []
+
+    def reader(topic: str, expected: set[int]) -> None:
+        try:
+            for _ in range(3_000):
+                assert set(m.match(topic)) == expected, topic
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=item) for item in cases.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
