@@ -1,9 +1,29 @@
 # syntax=docker/dockerfile:1
-# Two targets from one install of the project:
-#   app    the API and the admin commands (`topicstore serve`, `topicstore migrate`, ...)
+# Three stages:
+#   build  a compiler and the project's build requirements: compiles the native matcher
+#          (Cython + C++) into a wheel; nothing of it reaches the images below.
+#   app    the API and the admin commands (`topicstore serve`, `topicstore migrate`, ...),
+#          installed from that wheel (no compiler in the image).
 #   spark  the same plus a Java runtime: Spark master, worker and `topicstore route` driver.
 #          Spark's executors run our matcher in their Python workers, so driver and executors
 #          must share the Python version and the project; one image gives them both.
+
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# g++ for matcher/_native.pyx (the same Debian and Python as the runtime: same ABI).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends g++ \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 10001 --user-group builder
+USER builder
+WORKDIR /home/builder/src
+COPY --chown=builder:builder . .
+# Build isolation fetches setuptools and Cython ([build-system] requires).
+RUN pip wheel --no-deps --wheel-dir /home/builder/wheels .
+
 
 FROM python:3.11-slim AS app
 
@@ -14,9 +34,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 RUN useradd --create-home --uid 10001 --user-group topicstore
 
-WORKDIR /tmp/src
-COPY . .
-RUN pip install . && cd / && rm -rf /tmp/src
+COPY --from=build /home/builder/wheels /tmp/wheels
+RUN pip install /tmp/wheels/*.whl && rm -rf /tmp/wheels
 
 USER topicstore
 WORKDIR /home/topicstore

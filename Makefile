@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup run test lint typecheck pytest bench clean
 
-$(STAMP): pyproject.toml
+# setup.py and the native sources too: `pip install -e` compiles the native matcher.
+$(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -30,8 +30,9 @@ from bench.workloads import Workload
 
 log = logging.getLogger(__name__)
 
-#: Engines whose matches leave work behind for later ones (topics compiled, DFA states).
-STATEFUL: Final = frozenset({"dfa", "inverted_bitmap"})
+#: Engines whose matches leave work behind for later ones (topics compiled, DFA states,
+#: native's result frozensets kept per end node).
+STATEFUL: Final = frozenset({"dfa", "inverted_bitmap", "native"})
 TIMEOUT: Final = "timeout"
 
 

@@ -29,7 +29,7 @@ from matcher.cs_trie import CsTrieMatcher
 log = logging.getLogger(__name__)
 
 #: The subjects this table is about: the persistent tries beside the mutable one.
-LOAD_SUBJECTS: Final = ("trie", "cs_trie", "dfa", BASELINE)
+LOAD_SUBJECTS: Final = ("trie", "cs_trie", "dfa", "native", BASELINE)
 
 
 def _load(subject: Subject, patterns: Sequence[str]) -> None:

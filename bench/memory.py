@@ -45,7 +45,14 @@ log = logging.getLogger(__name__)
 
 _STATM: Final = Path("/proc/self/statm")
 #: Subjects measured at sizes above the tracemalloc sizes: the ones built to scale.
-LARGE_SUBJECTS: Final = ("optimized_inverted_bitmap", "trie", "cs_trie", "dfa", BASELINE)
+LARGE_SUBJECTS: Final = (
+    "optimized_inverted_bitmap",
+    "trie",
+    "cs_trie",
+    "dfa",
+    "native",
+    BASELINE,
+)
 #: Per-subscription cost grows a little with size (deeper maps, more collisions); the
 #: estimate for a larger child is padded by this factor.
 GROWTH_MARGIN: Final = 1.5
@@ -202,8 +209,9 @@ def run_memory(
             "tracemalloc there would add minutes and miss pyroaring's memory anyway)"
         )
     table.notes.append(
-        "tracemalloc misses memory pyroaring takes with malloc (bitmap containers); the RSS "
-        "columns (growth of a fresh process while subscribing, page-granular) include it"
+        "tracemalloc misses memory pyroaring takes with malloc (bitmap containers) and all of "
+        "native's (C++ new/malloc); the RSS columns (growth of a fresh process while "
+        "subscribing, page-granular) include it"
     )
     table.notes.append(
         f"RSS MiB {largest:,}: the subject's whole footprint at {largest:,} subscriptions "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from matcher._native import NativeMatcher
 from matcher.base import Matcher
 from matcher.cache import CachedMatcher
 from matcher.cs_trie import CsTrieMatcher
@@ -23,6 +24,7 @@ _ENGINE_CLASSES: Final[dict[str, type[Matcher]]] = {
         TrieMatcher,
         CsTrieMatcher,
         DfaMatcher,
+        NativeMatcher,
     )
 }
 

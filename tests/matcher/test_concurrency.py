@@ -76,7 +76,7 @@ def _pattern_for(sub_id: int) -> str:
     return PATTERNS[sub_id % len(PATTERNS)]
 
 
-@pytest.mark.parametrize("engine", [*THREAD_ENGINES, "trie+cache", "dfa+cache"])
+@pytest.mark.parametrize("engine", [*THREAD_ENGINES, "trie+cache", "native+cache", "dfa+cache"])
 def test_concurrent_writers_and_readers(engine: str) -> None:
     name, _, cached = engine.partition("+")
     m = create_matcher(name, cache_size=64 if cached else 0)

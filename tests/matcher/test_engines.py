@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import TypeAlias
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from matcher import (
     SubscriptionConflictError,
     create_matcher,
 )
+from matcher._native import NativeMatcher
 from matcher.grammar import AMQP, pattern_matches
 from matcher.inverted_bitmap import InvertedBitmapMatcher
 from matcher.trie import TrieMatcher
@@ -125,9 +127,15 @@ def test_bulk_sets_match_the_rule(engine: str, dialect: str, data: st.DataObject
         assert set(m.match(topic)) == expected, topic
 
 
-def test_walk_is_bounded_by_nodes_times_words() -> None:
+#: The engines that walk a trie breadth-first and count the walk's steps (``_walk``).
+Walker: TypeAlias = type[TrieMatcher] | type[NativeMatcher]
+WALKERS: list[Walker] = [TrieMatcher, NativeMatcher]
+
+
+@pytest.mark.parametrize("walker", WALKERS)
+def test_walk_is_bounded_by_nodes_times_words(walker: Walker) -> None:
     """Adversarial: many '#' against a 128-word key. Counts steps, never time."""
-    m = TrieMatcher()
+    m = walker()
     adversarial = ["#.#.#.#.#.a", "#.a.#.a.#.a.#", "#.*.#.*.#.b", "a.#.#.#.#.#.#.#.#", "#"]
     for i, pattern in enumerate(adversarial):
         m.subscribe(i, pattern)
@@ -144,10 +152,11 @@ def test_walk_is_bounded_by_nodes_times_words() -> None:
         assert set(m.match(topic)) == expected
 
 
-def test_walk_bound_on_random_tries() -> None:
+@pytest.mark.parametrize("walker", WALKERS)
+def test_walk_bound_on_random_tries(walker: Walker) -> None:
     rng = random.Random(7)
     words = ["a", "b", "", "*", "#"]
-    m = TrieMatcher()
+    m = walker()
     for i in range(400):
         m.subscribe(i, ".".join(rng.choice(words) for _ in range(rng.randint(0, 8))))
     for _ in range(200):

@@ -30,7 +30,7 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
             tiny = Limits(max_compiled_topics=3, max_dfa_states=4)
             for name in ("inverted_bitmap", "dfa"):
                 self.engines[f"{name}/tiny"] = create_matcher(name, dialect=dialect, limits=tiny)
-            for name in ("trie", "dfa", "optimized_inverted_bitmap"):
+            for name in ("trie", "native", "dfa", "optimized_inverted_bitmap"):
                 self.engines[f"{name}/cached"] = create_matcher(name, dialect=dialect, cache_size=4)
 
         @rule(sub_id=SUB_IDS, pattern=patterns)

@@ -100,7 +100,9 @@ def test_cache_is_bounded_and_optional() -> None:
         create_matcher("trie", cache_size=-1)
 
 
-@pytest.mark.parametrize("engine", ["cs_trie", "dfa", "trie", "optimized_inverted_bitmap"])
+@pytest.mark.parametrize(
+    "engine", ["cs_trie", "dfa", "trie", "native", "optimized_inverted_bitmap"]
+)
 def test_bulk_load_equals_one_by_one(engine: str) -> None:
     """Large batches take the bulk path (cs_trie builds mutable and freezes); the result
     must be the same matcher as subscribing one by one, and stay writable afterwards."""

@@ -1,0 +1,547 @@
+# distutils: language = c++
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""``native``: the ``trie`` engine's algorithm compiled (Cython over ``native_core.hpp``).
+
+Nodes, literal edges, interned words and the id -> (node, pattern text) table are C++
+structures indexed by 32-bit integers: a step of the walk compares integers, and no
+subscription costs a Python object. Topics are split and their words looked up in C (for
+plain ASCII AMQP keys; other topics go through the dialect's validating splitter first).
+The walk is ``matcher.trie.walk``'s: breadth-first, reached ``#`` nodes set aside with
+their literal edges indexed by word, at most nodes x (words + 1) steps.
+
+Concurrency: every C++ operation (a whole walk, a whole insert or removal, a whole table
+read) runs holding the GIL, with no ``nogil`` block and no call back into Python code in
+the middle, so a reader never sees a half-applied write and readers need no lock; writers
+still serialize on the base class's write lock. Results are copied out of the structure
+before any Python object is built for them (building one may run the garbage collector,
+and with it other threads). A free-threaded build without the GIL would need a lock around
+each operation, so importing this module there fails rather than racing.
+"""
+
+import sys
+
+from cpython.ref cimport PyObject, Py_INCREF
+from libc.stdint cimport uint32_t, uint64_t
+from libc.string cimport memchr
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from matcher.base import EMPTY, Matcher, check_sub_id, gc_paused
+from matcher.errors import CapacityError, SubscriptionConflictError
+from matcher.grammar import MANY, ONE, canonical, checked_text
+
+if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
+    raise ImportError(
+        "matcher._native relies on the GIL to keep readers off half-applied writes; "
+        "this interpreter runs without it"
+    )
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object)
+    Py_ssize_t PyUnicode_GET_LENGTH(object)
+    void* PyUnicode_DATA(object)
+    const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
+    object PyFrozenSet_New(PyObject*)
+    int PySet_Add(object, object) except -1
+    Py_ssize_t PySet_GET_SIZE(object)
+
+
+cdef extern from "native_core.hpp" namespace "topicstore":
+    cdef uint32_t UNKNOWN_WORD
+    cdef uint32_t STAR
+    cdef uint32_t HASH
+    cdef uint32_t HAS_IDS
+    cdef uint32_t INDEX
+    cdef uint32_t COMBO_NODES
+    cdef uint32_t COMBO_IDS
+
+    cdef cppclass Token:
+        const char* data
+        uint32_t size
+        uint32_t kind
+
+    cdef cppclass IdVec:
+        uint32_t size()
+        const uint32_t* data()
+
+    cdef cppclass Node:
+        IdVec ids
+        PyObject* cached
+
+    cdef cppclass Core:
+        Core() except +
+        uint32_t size()
+        uint32_t node_count()
+        uint32_t hash_count()
+        uint64_t version()
+        const Node& node(uint32_t)
+        Node& node_mut(uint32_t)
+        const string* pattern_of(uint32_t)
+        uint32_t word_id(const char*, uint32_t)
+        void split_words(const char*, size_t, char, vector[uint32_t]&) except +
+        const vector[uint32_t]* walk(const uint32_t*, size_t, vector[uint32_t]*) except +
+        bint add(uint32_t, const Token*, size_t, const char*, size_t) except +
+        bint remove(uint32_t) except +
+        string check() except +
+        PyObject* combo_get(const uint32_t*, uint32_t)
+        void combo_put(const uint32_t*, uint32_t, uint64_t, PyObject*)
+
+
+cdef extern from *:
+    """
+    #include <utility>
+    // Every (id, text) of the table, for listing: ids and texts copied out in one go.
+    static void topicstore_items(const topicstore::Core& core, std::vector<uint32_t>& ids,
+                                 std::vector<std::string>& texts) {
+        core.for_each_id([&](uint32_t id, const std::string& text) {
+            ids.push_back(id);
+            texts.push_back(text);
+        });
+    }
+    """
+    void topicstore_items(const Core&, vector[uint32_t]&, vector[string]&) except +
+
+
+#: Results of up to this many ids are kept per node as a frozenset (built on the first
+#: match that ends on the node alone, dropped by any write to it), as ``trie`` keeps small
+#: frozensets: the common single-node match then returns without building anything.
+cdef size_t CACHED_MAX = 16
+
+
+cdef inline object _frozen(const vector[uint32_t]& ids):
+    cdef object out = PyFrozenSet_New(NULL)
+    cdef size_t i
+    for i in range(ids.size()):
+        PySet_Add(out, ids[i])
+    return out
+
+
+cdef inline str _text(const string& s):
+    return s.decode("utf-8", "strict")
+
+
+cdef class _Core:
+    """The C++ structure and the hot paths; ``NativeMatcher`` adds the interface."""
+
+    cdef Core* core
+    cdef vector[uint32_t] words   # scratch: the current topic's word ids
+    cdef bint fast_amqp
+    cdef Py_ssize_t max_subscriptions
+    cdef object dialect_
+    cdef object limits_
+    cdef Py_ssize_t fast_len
+    cdef Py_ssize_t max_pattern_bytes
+    cdef Py_ssize_t max_words
+    cdef object split
+
+    def __cinit__(self, *args, **kwargs):
+        self.core = new Core()
+
+    def __dealloc__(self):
+        del self.core
+
+    cdef _configure(self, object dialect, object limits, object split):
+        self.dialect_ = dialect
+        self.limits_ = limits
+        self.fast_amqp = dialect.name == "amqp"
+        # As the dialect's topic_splitter: with fewer characters than max_words, a key
+        # cannot have too many words.
+        self.fast_len = min(limits.max_topic_bytes, limits.max_words - 1)
+        self.max_pattern_bytes = limits.max_pattern_bytes
+        self.max_words = limits.max_words
+        self.max_subscriptions = limits.max_subscriptions
+        self.split = split
+
+    cdef bint _fast_tokens(self, pattern, vector[Token]& out):
+        """The canonical tokens of an AMQP ``pattern`` that is plainly valid (a non-empty
+        ASCII str without NUL, within the byte and word limits), pointing into its text;
+        False (``out`` unspecified) for anything else, which the general, validating path
+        in ``grammar`` then handles. Same rules, same result: ``tokens_of`` + ``canonical``."""
+        if not self.fast_amqp or type(pattern) is not str or not PyUnicode_IS_ASCII(pattern):
+            return False
+        cdef Py_ssize_t n = PyUnicode_GET_LENGTH(pattern)
+        if n == 0 or n > self.max_pattern_bytes:
+            return False
+        cdef const char* data = <const char*>PyUnicode_DATA(pattern)
+        if memchr(data, 0, n) != NULL:
+            return False
+        out.clear()
+        cdef Py_ssize_t start = 0, i, words = 0, stars = 0
+        cdef bint hashes = False
+        cdef Token t
+        for i in range(n + 1):
+            if i < n and data[i] != 46:  # '.'
+                continue
+            words += 1
+            if i - start == 1 and data[start] == 42:  # '*'
+                stars += 1
+            elif i - start == 1 and data[start] == 35:  # '#'
+                hashes = True
+            else:
+                # canonical(): a run of wildcards becomes its '*'s, then one '#' if any
+                t.data, t.size, t.kind = <const char*>NULL, 0, STAR
+                while stars:
+                    out.push_back(t)
+                    stars -= 1
+                if hashes:
+                    t.kind = HASH
+                    out.push_back(t)
+                    hashes = False
+                t.data, t.size, t.kind = data + start, i - start, 0
+                out.push_back(t)
+            start = i + 1
+        t.data, t.size, t.kind = <const char*>NULL, 0, STAR
+        while stars:
+            out.push_back(t)
+            stars -= 1
+        if hashes:
+            t.kind = HASH
+            out.push_back(t)
+        return words <= self.max_words
+
+    def __len__(self):
+        return self.core.size()
+
+    def __contains__(self, sub_id):
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return False
+        return self.core.pattern_of(<uint32_t>sub_id) != NULL
+
+    def node_count(self):
+        """Nodes in the trie, root included (the walk's per-level bound)."""
+        return self.core.node_count()
+
+    def pattern_of(self, sub_id):
+        """The pattern subscription ``sub_id`` was made with, or None."""
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return None
+        cdef const string* text = self.core.pattern_of(<uint32_t>sub_id)
+        return None if text == NULL else _text(text[0])
+
+    cdef int _topic_words(self, topic) except -1:
+        """``self.words`` := the word ids of ``topic`` (validated as the dialect says)."""
+        cdef Py_ssize_t n, start, i
+        cdef const char* data
+        if (
+            self.fast_amqp
+            and type(topic) is str
+            and PyUnicode_IS_ASCII(topic)
+            and 0 < PyUnicode_GET_LENGTH(topic) <= self.fast_len
+        ):
+            # The splitter's own fast path, in C: an ASCII AMQP key short enough that it
+            # cannot break the byte or word limits; only NUL is left to refuse.
+            n = PyUnicode_GET_LENGTH(topic)
+            data = <const char*>PyUnicode_DATA(topic)
+            if memchr(data, 0, n) == NULL:
+                self.core.split_words(data, n, b'.', self.words)  # clears it first
+                return 0
+        cdef list words = self.split(topic)  # validates; raises InvalidTopicError
+        cdef vector[const char*] ptrs
+        cdef vector[Py_ssize_t] sizes
+        cdef Py_ssize_t size
+        for word in words:
+            ptrs.push_back(PyUnicode_AsUTF8AndSize(word, &size))
+            sizes.push_back(size)
+        # Filled only now, in one go with no Python code between this and the walk: the
+        # splitter above is Python code, during which another thread may match and use
+        # this scratch vector (see the module docstring).
+        self.words.clear()
+        for i in range(<Py_ssize_t>ptrs.size()):
+            self.words.push_back(self.core.word_id(ptrs[i], sizes[i]))
+        return 0
+
+    def match(self, topic):
+        """Ids of every subscription whose pattern matches ``topic``, as a frozenset.
+        O(frontier x words), at most nodes x (words + 1) steps."""
+        self._topic_words(topic)
+        cdef const vector[uint32_t]* ends = self.core.walk(self.words.data(), self.words.size(), NULL)
+        cdef uint32_t ref, node, last = 0
+        cdef uint32_t[8] holding  # COMBO_NODES: the end nodes with ids, sorted
+        cdef size_t holders = 0, total = 0, i, j, n = ends.size()
+        for i in range(n):
+            ref = ends[0][i]
+            if ref & HAS_IDS:
+                node = ref & INDEX
+                if holders < COMBO_NODES:
+                    j = holders
+                    while j > 0 and holding[j - 1] > node:
+                        holding[j] = holding[j - 1]
+                        j -= 1
+                    holding[j] = node
+                holders += 1
+                total += self.core.node(node).ids.size()
+                last = node
+        if holders == 0:
+            return EMPTY
+        cdef vector[uint32_t] found  # a copy: building Python objects may run other threads
+        cdef uint64_t version
+        cdef PyObject* cached
+        cdef const uint32_t* ids
+        if holders == 1:
+            cached = self.core.node(last).cached
+            if cached != NULL:
+                return <object>cached
+            ids = self.core.node(last).ids.data()
+            found.assign(ids, ids + total)
+            version = self.core.version()
+            result = _frozen(found)
+            if total <= CACHED_MAX and self.core.version() == version:
+                # No write ran while the frozenset was built: ``last`` is still that node.
+                Py_INCREF(result)
+                self.core.node_mut(last).cached = <PyObject*>result
+            return result
+        cdef bint keep = holders <= COMBO_NODES and total <= COMBO_IDS
+        if keep:
+            cached = self.core.combo_get(holding, holders)
+            if cached != NULL:
+                return <object>cached
+        found.reserve(total)
+        for i in range(n):
+            ref = ends[0][i]
+            if ref & HAS_IDS:
+                ids = self.core.node(ref & INDEX).ids.data()
+                found.insert(found.end(), ids, ids + self.core.node(ref & INDEX).ids.size())
+        version = self.core.version()
+        result = _frozen(found)
+        if keep:
+            self.core.combo_put(holding, holders, version, <PyObject*>result)
+        return result
+
+    def _walk(self, words, level_sizes):
+        """The walk over ``words`` (already split): the nodes it ends on, and, into
+        ``level_sizes`` when given, the nodes live at each level (tests check the bound)."""
+        cdef vector[uint32_t] ids
+        cdef vector[uint32_t] sizes
+        cdef Py_ssize_t size, i
+        cdef const char* data
+        for word in words:
+            data = PyUnicode_AsUTF8AndSize(word, &size)
+            ids.push_back(self.core.word_id(data, size))
+        cdef const vector[uint32_t]* ends = self.core.walk(
+            ids.data(), ids.size(), &sizes if level_sizes is not None else NULL
+        )
+        cdef vector[uint32_t] nodes  # copied out before any Python object is built
+        for i in range(<Py_ssize_t>ends.size()):
+            nodes.push_back(ends[0][i] & INDEX)
+        if level_sizes is not None:
+            level_sizes.extend(sizes)
+        return list(nodes)
+
+    cdef bint _index(self, uint32_t sub_id, tuple tokens, str pattern) except -1:
+        """Index one validated subscription (canonical ``tokens``); False if the id is
+        already there."""
+        cdef vector[Token] spec
+        cdef Token t
+        cdef Py_ssize_t size
+        for token in tokens:
+            if token is ONE:
+                t.data, t.size, t.kind = <const char*>NULL, 0, STAR
+            elif token is MANY:
+                t.data, t.size, t.kind = <const char*>NULL, 0, HASH
+            else:
+                t.data = PyUnicode_AsUTF8AndSize(token, &size)
+                t.size, t.kind = size, 0
+            spec.push_back(t)
+        cdef const char* text = PyUnicode_AsUTF8AndSize(pattern, &size)
+        return self.core.add(sub_id, spec.data(), spec.size(), text, size)
+
+    cdef bint _fast_subscribe(self, sub_id, pattern, object lock) except -1:
+        """``Matcher.subscribe`` for a plainly valid AMQP pattern, without building tokens
+        in Python; False when the pattern needs the general path."""
+        cdef vector[Token] spec
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return False
+        if not self._fast_tokens(pattern, spec):
+            return False
+        cdef uint32_t key = sub_id
+        cdef const string* existing
+        with lock:
+            existing = self.core.pattern_of(key)
+            if existing != NULL:
+                text = _text(existing[0])
+                if text == pattern:
+                    return True
+                raise SubscriptionConflictError(
+                    "id_conflict",
+                    f"subscription {sub_id} already has pattern {text!r}, not {pattern!r}",
+                )
+            self._check_room(1, False)
+            self.core.add(key, spec.data(), spec.size(),
+                          <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern))
+        return True
+
+    cdef int _check_room(self, Py_ssize_t more, bint bulk) except -1:
+        cdef Py_ssize_t limit = self.max_subscriptions
+        if self.core.size() + more > limit:
+            if not bulk:
+                raise CapacityError(
+                    "too_many_subscriptions",
+                    f"the matcher holds {limit} subscriptions, its limit",
+                )
+            raise CapacityError(
+                "too_many_subscriptions",
+                f"{more} more subscriptions would exceed the limit of {limit}",
+            )
+        return 0
+
+    cdef Py_ssize_t _fast_subscribe_many(self, items, object lock) except -1:
+        """``Matcher.subscribe_many``, all or nothing: every item validated (plainly valid
+        AMQP patterns in C, the rest by ``grammar``) and checked against the table and the
+        batch before anything is indexed."""
+        cdef vector[Token] spec
+        cdef dict batch = {}
+        cdef dict tokens = {}  # of the items the general path validated
+        cdef const string* existing
+        cdef bint fast
+        with lock:
+            for sub_id, pattern in items:
+                check_sub_id(sub_id)
+                fast = self._fast_tokens(pattern, spec)
+                if not fast:
+                    pattern = checked_text(pattern, "pattern", self.max_pattern_bytes)
+                existing = self.core.pattern_of(<uint32_t>sub_id)
+                if existing != NULL:
+                    text = _text(existing[0])
+                else:
+                    text = batch.get(sub_id)
+                if text is not None:
+                    if text == pattern:
+                        continue
+                    raise SubscriptionConflictError(
+                        "id_conflict",
+                        f"subscription {sub_id} already has pattern {text!r}, not {pattern!r}",
+                    )
+                batch[sub_id] = pattern
+                if not fast:
+                    tokens[sub_id] = canonical(self.dialect_.tokens_of(pattern, self.limits_))
+            self._check_room(len(batch), True)
+            # Everything is valid: index (nothing below raises but MemoryError).
+            for sub_id, pattern in batch.items():
+                if sub_id in tokens:
+                    self._index(sub_id, tokens[sub_id], pattern)
+                else:
+                    self._fast_tokens(pattern, spec)
+                    self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
+                                  <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern))
+        return len(batch)
+
+    cdef bint _withdraw(self, uint32_t sub_id) except -1:
+        return self.core.remove(sub_id)
+
+    cdef list _items(self):
+        cdef vector[uint32_t] ids
+        cdef vector[string] texts
+        topicstore_items(self.core[0], ids, texts)
+        return [(ids[i], _text(texts[i])) for i in range(<Py_ssize_t>ids.size())]
+
+    cdef str _problems(self):
+        cdef string problem = self.core.check()
+        return problem.decode("utf-8")
+
+
+cdef class _PatternTable:
+    """The id -> pattern table ``Matcher`` keeps as a dict, here a view of the native
+    structure (the base class and ``CachedMatcher`` use it as ``_patterns``).
+
+    ``_add`` indexes a subscription and records its pattern in one native write, so the
+    base class's ``table[id] = text`` / ``update`` that follow only confirm it; ``pop``
+    removes for real (dict semantics), so a later ``_remove`` finds nothing left to do.
+    """
+
+    cdef _Core owner
+
+    def __cinit__(self, _Core owner):
+        self.owner = owner
+
+    def __len__(self):
+        return self.owner.core.size()
+
+    def __contains__(self, sub_id):
+        return sub_id in self.owner
+
+    def __iter__(self):
+        return iter([sub_id for sub_id, _ in self.owner._items()])
+
+    def __getitem__(self, sub_id):
+        text = self.owner.pattern_of(sub_id)
+        if text is None:
+            raise KeyError(sub_id)
+        return text
+
+    def get(self, sub_id, default=None):
+        text = self.owner.pattern_of(sub_id)
+        return default if text is None else text
+
+    def items(self):
+        return self.owner._items()
+
+    def pop(self, sub_id, default=None):
+        text = self.owner.pattern_of(sub_id)
+        if text is None:
+            return default
+        self.owner._withdraw(sub_id)
+        return text
+
+    def __setitem__(self, sub_id, text):
+        if self.owner.pattern_of(sub_id) != text:
+            raise KeyError(f"subscription {sub_id} must be indexed (_add) before it is recorded")
+
+    def update(self, batch):
+        for sub_id, text in batch.items():
+            self[sub_id] = text
+
+
+class NativeMatcher(_Core, Matcher):
+    """Subscribe/unsubscribe O(tokens); match O(frontier x words), bounded by nodes x
+    (words + 1), in compiled code. Readers take no lock (see the module docstring)."""
+
+    name = "native"
+
+    def __init__(self, dialect="amqp", limits=None):
+        Matcher.__init__(self, dialect, limits)
+        self._patterns = _PatternTable(self)
+        (<_Core>self)._configure(self.dialect, self.limits, self._split)
+
+    def subscribe(self, sub_id, pattern):
+        """``Matcher.subscribe``: plainly valid AMQP patterns are checked and indexed in
+        C, anything else takes the base class's path (same rules, same errors)."""
+        if not (<_Core>self)._fast_subscribe(sub_id, pattern, self._write_lock):
+            Matcher.subscribe(self, sub_id, pattern)
+
+    def subscribe_many(self, items):
+        """``Matcher.subscribe_many`` (all or nothing, validated first), the common case
+        in C; returns how many were new."""
+        with gc_paused():
+            return (<_Core>self)._fast_subscribe_many(items, self._write_lock)
+
+    def _add(self, sub_id, tokens, pattern):
+        (<_Core>self)._index(sub_id, canonical(tokens), pattern)
+
+    def _add_many(self, items):
+        cdef _Core core = <_Core>self
+        for sub_id, tokens, pattern in items:
+            core._index(sub_id, canonical(tokens), pattern)
+
+    def _remove(self, sub_id, tokens):
+        # Usually a no-op: the table's pop already withdrew it (see _PatternTable).
+        (<_Core>self)._withdraw(sub_id)
+
+    def unsubscribe(self, sub_id):
+        """Remove subscription ``sub_id``; False when it was not subscribed. O(depth)."""
+        if type(sub_id) is not int or not 0 <= sub_id < 2**32:
+            return False
+        with self._write_lock:
+            return (<_Core>self)._withdraw(sub_id)
+
+    def subscriptions(self):
+        """Every (id, pattern), copied in one native read."""
+        with self._write_lock:
+            items = (<_Core>self)._items()
+        return iter(items)
+
+    def _check(self):
+        Matcher._check(self)
+        problem = (<_Core>self)._problems()
+        assert not problem, problem
+

@@ -1,0 +1,953 @@
+// The `native` engine's storage and walk: the algorithm of matcher/trie.py in C++.
+//
+// Nodes live in one vector and refer to each other by 32-bit references: the node's index
+// (0 is the root, so 0 also means "no such node": the root is nobody's child) tagged with
+// whether that node has a '*' child, a '#' child and ids. The walk reads a node only when
+// a tag says there is something to read there; the common step is one probe of the edge
+// table, and a miss in cache there is what a step costs (profiled). Words
+// are interned to 32-bit ids; literal edges are one open-addressing table keyed by
+// (parent, word id), so a step of the walk is a multiply, a mask and a compare of integers.
+// The id -> (node, pattern text) table is native too: nothing per subscription is a Python
+// object.
+//
+// Thread safety is the caller's (matcher/_native.pyx): every method runs start to end
+// holding the GIL and calls no Python code, so no reader ever sees a half-applied write.
+// The only Python calls are Py_INCREF/Py_XDECREF of the cached per-node results (frozensets
+// of ints, whose deallocation runs no Python code).
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace topicstore {
+
+constexpr uint32_t NO_NODE = 0;             // in star/hash/child fields (the root is index 0)
+constexpr uint32_t HAS_STAR = 1u << 31;     // reference tags: what the referenced node has
+constexpr uint32_t HAS_HASH = 1u << 30;
+constexpr uint32_t HAS_IDS = 1u << 29;
+constexpr uint32_t HAS_KIDS = 1u << 28;     // literal children
+constexpr uint32_t INDEX = HAS_KIDS - 1;    // the node index part of a reference
+constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
+constexpr uint32_t MAX_NODES = INDEX;
+constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
+constexpr uint32_t UNKNOWN_WORD = 0xFFFFFFFFu;  // a topic word no pattern names
+constexpr uint32_t STAR = 0xFFFFFFFEu;        // token / edge label of '*'
+constexpr uint32_t HASH = 0xFFFFFFFDu;        // token / edge label of '#'
+
+inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+// Topic words are short: both helpers stay inline, byte loops below 8 bytes (a library
+// memcpy/memcmp call per word showed up in profiles).
+inline uint64_t hash_bytes(const char* p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(n) * 0xbf58476d1ce4e5b9ULL);
+    while (n >= 8) {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        h = (h ^ v) * 0x94d049bb133111ebULL;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+    return mix64(h ^ v);
+}
+
+inline bool same_bytes(const char* a, const char* b, size_t n) {
+    if (n > 16) return std::memcmp(a, b, n) == 0;
+    for (size_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+// One token of a pattern: a literal word (bytes) or STAR / HASH.
+struct Token {
+    const char* data;
+    uint32_t size;
+    uint32_t kind;  // 0: literal, STAR, HASH
+};
+
+// A topic word: UTF-8 bytes.
+struct Word {
+    const char* data;
+    uint32_t size;
+};
+
+struct Text {
+    std::string text;
+    uint32_t refs;
+};
+
+// A node's ids: up to two inline (most nodes hold one or two subscriptions, and a match
+// then reads no second cache line), more in a heap array. Trivially copyable so the node
+// vector can grow by memmove; the owner frees it (release()).
+class IdVec {
+   public:
+    uint32_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    const uint32_t* data() const { return cap_ <= INLINE ? inline_ : heap_; }
+    uint32_t* data() { return cap_ <= INLINE ? inline_ : heap_; }
+    uint32_t& operator[](uint32_t i) { return data()[i]; }
+    uint32_t operator[](uint32_t i) const { return data()[i]; }
+    uint32_t back() const { return data()[size_ - 1]; }
+    void push_back(uint32_t id) {
+        if (size_ == cap_) reserve(cap_ * 2);
+        data()[size_++] = id;
+    }
+    void pop_back() {
+        --size_;
+        if (cap_ > INLINE && size_ * 4 <= cap_) reserve(size_ <= INLINE ? INLINE : cap_ / 2);
+    }
+    void release() {
+        if (cap_ > INLINE) std::free(heap_);
+        size_ = 0;
+        cap_ = INLINE;
+    }
+
+   private:
+    static constexpr uint32_t INLINE = 2;
+    uint32_t size_ = 0;
+    uint32_t cap_ = INLINE;
+    union {
+        uint32_t inline_[INLINE];
+        uint32_t* heap_;
+    };
+
+    void reserve(uint32_t cap) {
+        uint32_t* old = data();
+        bool was_heap = cap_ > INLINE;
+        if (cap <= INLINE) {
+            uint32_t tmp[INLINE];
+            std::memcpy(tmp, old, size_ * sizeof(uint32_t));
+            if (was_heap) std::free(old);
+            std::memcpy(inline_, tmp, size_ * sizeof(uint32_t));
+            cap_ = INLINE;
+            return;
+        }
+        uint32_t* fresh = static_cast<uint32_t*>(std::malloc(cap * sizeof(uint32_t)));
+        if (fresh == nullptr) throw std::bad_alloc();
+        std::memcpy(fresh, old, size_ * sizeof(uint32_t));
+        if (was_heap) std::free(old);
+        heap_ = fresh;
+        cap_ = cap;
+    }
+};
+
+// One cache line: the walk's reads of a node (tags aside) touch this line only.
+struct alignas(64) Node {
+    uint32_t star = NO_NODE;  // tagged reference to the '*' child
+    uint32_t hash = NO_NODE;  // tagged reference to the '#' child
+    uint32_t parent = 0;
+    uint32_t label = 0;      // the edge from the parent: a word id, STAR or HASH
+    uint32_t nchildren = 0;  // literal edges out
+    uint32_t stamp = 0;      // the hash walk that last made this node's '#' child active
+    bool is_hash = false;
+    bool live = false;
+    IdVec ids;                        // subscriptions ending here; ids[pos] per the id table
+    std::vector<Text>* texts = nullptr;  // distinct pattern texts of those ids (usually one)
+    PyObject* cached = nullptr;       // frozenset(ids), built on a match, cleared on write
+
+    bool empty() const { return ids.empty() && nchildren == 0 && star == NO_NODE && hash == NO_NODE; }
+};
+
+struct Edge {
+    uint32_t parent;
+    uint32_t word;
+    uint32_t child;  // tagged reference; NO_NODE: free slot
+};
+
+struct IdSlot {
+    uint32_t id;
+    uint32_t node;  // EMPTY_SLOT: free slot
+    uint32_t text;  // index into the node's texts
+    uint32_t pos;   // index into the node's ids
+};
+
+struct WordEntry {
+    std::string text;
+    uint64_t hash = 0;
+    uint32_t refs = 0;  // literal edges labelled with this word; 0: the id is free
+};
+
+// A result of several end nodes, kept for the next walk that ends on the same nodes.
+constexpr uint32_t COMBO_NODES = 8;    // end nodes at most (with ids) in a kept result
+constexpr uint32_t COMBO_IDS = 32;     // ids at most in a kept result
+constexpr size_t COMBO_SLOTS = 2048;   // direct-mapped: a new result evicts the slot's old one
+
+struct ComboSlot {
+    uint64_t version = 0;  // the structure's version it was built against (0: empty)
+    uint32_t n = 0;
+    uint32_t nodes[COMBO_NODES];
+    PyObject* result = nullptr;
+};
+
+struct WordSlot {
+    uint32_t hash32;
+    uint32_t id_plus1;  // 0: free slot
+};
+
+class Core {
+   public:
+    Core() {
+        nodes_.emplace_back();
+        nodes_[0].live = true;
+        edges_.assign(16, Edge{0, 0, NO_NODE});
+        idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
+        wordslots_.assign(16, WordSlot{0, 0});
+    }
+    Core(const Core&) = delete;
+    Core& operator=(const Core&) = delete;
+    ~Core() {
+        for (ComboSlot& c : combos_) Py_XDECREF(c.result);
+        for (Node& n : nodes_) {
+            Py_XDECREF(n.cached);
+            delete n.texts;
+            n.ids.release();
+        }
+    }
+
+    // -- reads -----------------------------------------------------------------------------
+
+    uint32_t size() const { return id_count_; }
+    uint32_t node_count() const { return node_count_; }
+    uint32_t hash_count() const { return hash_count_; }
+    uint64_t version() const { return version_; }
+    const Node& node(uint32_t i) const { return nodes_[i]; }
+    Node& node_mut(uint32_t i) { return nodes_[i]; }
+
+    // The pattern text of `id`, or nullptr.
+    const std::string* pattern_of(uint32_t id) const {
+        const IdSlot* s = find_id(id);
+        if (s == nullptr) return nullptr;
+        return &(*nodes_[s->node].texts)[s->text].text;
+    }
+
+    // Every (id, text), in table order.
+    template <class F>
+    void for_each_id(F&& f) const {
+        for (const IdSlot& s : idslots_)
+            if (s.node != EMPTY_SLOT) f(s.id, (*nodes_[s.node].texts)[s.text].text);
+    }
+
+    uint32_t word_id(const char* p, uint32_t n) const {
+        uint64_t h = hash_bytes(p, n);
+        uint32_t h32 = static_cast<uint32_t>(h >> 32);
+        size_t mask = wordslots_.size() - 1;
+        for (size_t i = h32 & mask;; i = (i + 1) & mask) {
+            const WordSlot& s = wordslots_[i];
+            if (s.id_plus1 == 0) return UNKNOWN_WORD;
+            if (s.hash32 == h32) {
+                const std::string& w = words_[s.id_plus1 - 1].text;
+                if (w.size() == n && same_bytes(w.data(), p, n)) return s.id_plus1 - 1;
+            }
+        }
+    }
+
+    // `out` := the word ids of `data[:n]` split on `sep` (every separator splits, empty
+    // words included).
+    void split_words(const char* data, size_t n, char sep, std::vector<uint32_t>& out) const {
+        out.clear();
+        const char* end = data + n;
+        const char* start = data;
+        for (;;) {
+            const char* dot = static_cast<const char*>(std::memchr(start, sep, end - start));
+            const char* stop = dot ? dot : end;
+            out.push_back(word_id(start, static_cast<uint32_t>(stop - start)));
+            if (!dot) return;
+            start = dot + 1;
+        }
+    }
+
+    uint32_t child(uint32_t parent, uint32_t word) const {
+        return probe(edges_.data(), edges_.size() - 1, parent, word);
+    }
+
+    // child() on a table the caller read once (the walk's loops push into vectors, so the
+    // compiler cannot keep edges_'s pointer and size in registers across them by itself).
+    uint32_t probe(const Edge* edges, size_t mask, uint32_t parent, uint32_t word) const {
+        for (size_t i = edge_bucket(parent, word) & mask;; i = (i + 1) & mask) {
+            const Edge& e = edges[i];
+            if (e.child == NO_NODE) return NO_NODE;
+            if (e.parent == parent && e.word == word) return e.child;
+        }
+    }
+
+    // The tags of node `i` (what a reference to it carries).
+    uint32_t tags(uint32_t i) const {
+        const Node& n = nodes_[i];
+        return (n.star != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
+               (n.ids.empty() ? 0 : HAS_IDS) | (n.nchildren ? HAS_KIDS : 0);
+    }
+
+    // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
+    // the walk of matcher/trie.py. The vector is scratch, valid until the next walk.
+    // `level_sizes`, when not null, receives the nodes live at each level (the bound the
+    // tests check: at most node_count() each).
+    const std::vector<uint32_t>* walk(const uint32_t* words, size_t n,
+                                      std::vector<uint32_t>* level_sizes) {
+        if (hash_count_ == 0 && level_sizes == nullptr) return plain_walk(words, n);
+        return hash_walk(words, n, level_sizes);
+    }
+
+    // The kept frozenset for the sorted end nodes `nodes[:n]` (borrowed), or nullptr. Any
+    // write makes every kept result stale (the version moves on), so none is ever served
+    // for a structure it was not built from.
+    PyObject* combo_get(const uint32_t* nodes, uint32_t n) const {
+        if (combos_.empty()) return nullptr;
+        const ComboSlot& c = combos_[combo_bucket(nodes, n)];
+        if (c.version != version_ || c.n != n) return nullptr;
+        if (std::memcmp(c.nodes, nodes, n * sizeof(uint32_t)) != 0) return nullptr;
+        return c.result;
+    }
+
+    // Keep `result` (a new reference is taken) for `nodes[:n]` if no write happened since
+    // `version` was read (the walk it came from is still the structure's).
+    void combo_put(const uint32_t* nodes, uint32_t n, uint64_t version, PyObject* result) {
+        if (version != version_ || n > COMBO_NODES) return;
+        if (combos_.empty()) combos_.resize(COMBO_SLOTS);
+        ComboSlot& c = combos_[combo_bucket(nodes, n)];
+        PyObject* old = c.result;
+        Py_INCREF(result);
+        c.result = result;
+        c.version = version_;
+        c.n = n;
+        std::memcpy(c.nodes, nodes, n * sizeof(uint32_t));
+        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
+    }
+
+    // -- writes (the caller holds the write lock and has validated everything) -------------
+
+    // Returns false when `id` is already subscribed (the caller checks that first).
+    bool add(uint32_t id, const Token* tokens, size_t ntokens, const char* text, size_t tlen) {
+        if (find_id(id) != nullptr) return false;
+        ++version_;
+        uint32_t cur = 0;
+        for (size_t i = 0; i < ntokens; ++i) {
+            const Token& t = tokens[i];
+            uint32_t next;
+            if (t.kind == STAR) {
+                next = nodes_[cur].star & INDEX;
+                if (next == NO_NODE) {
+                    next = new_node(cur, STAR, false);
+                    nodes_[cur].star = next;
+                    retag(cur);
+                }
+            } else if (t.kind == HASH) {
+                next = nodes_[cur].hash & INDEX;
+                if (next == NO_NODE) {
+                    next = new_node(cur, HASH, true);
+                    nodes_[cur].hash = next;
+                    ++hash_count_;
+                    retag(cur);
+                }
+            } else {
+                uint32_t w = intern(t.data, t.size);
+                next = child(cur, w) & INDEX;
+                if (next == NO_NODE) {
+                    next = new_node(cur, w, false);
+                    ++words_[w].refs;
+                    insert_edge(cur, w, next);
+                    if (++nodes_[cur].nchildren == 1) retag(cur);
+                }
+            }
+            cur = next;
+        }
+        Node& leaf = nodes_[cur];
+        if (leaf.texts == nullptr) leaf.texts = new std::vector<Text>();
+        uint32_t ti = 0, free_ti = UINT32_MAX;
+        std::vector<Text>& texts = *leaf.texts;
+        for (; ti < texts.size(); ++ti) {
+            if (texts[ti].refs == 0) {
+                if (free_ti == UINT32_MAX) free_ti = ti;
+            } else if (texts[ti].text.size() == tlen &&
+                       std::memcmp(texts[ti].text.data(), text, tlen) == 0) {
+                break;
+            }
+        }
+        if (ti == texts.size()) {
+            if (free_ti != UINT32_MAX) {
+                ti = free_ti;
+                texts[ti].text.assign(text, tlen);
+            } else {
+                texts.push_back(Text{std::string(text, tlen), 0});
+            }
+        }
+        ++texts[ti].refs;
+        insert_id(id, cur, ti, static_cast<uint32_t>(leaf.ids.size()));
+        leaf.ids.push_back(id);
+        Py_CLEAR(leaf.cached);
+        if (leaf.ids.size() == 1) retag(cur);
+        return true;
+    }
+
+    // Returns false when `id` is not subscribed.
+    bool remove(uint32_t id) {
+        IdSlot* s = find_id(id);
+        if (s == nullptr) return false;
+        ++version_;
+        uint32_t cur = s->node;
+        uint32_t pos = s->pos;
+        uint32_t ti = s->text;
+        erase_id(id);
+        Node& leaf = nodes_[cur];
+        uint32_t last = leaf.ids.back();
+        leaf.ids[pos] = last;
+        leaf.ids.pop_back();
+        if (last != id) find_id(last)->pos = pos;
+        Py_CLEAR(leaf.cached);
+        Text& t = (*leaf.texts)[ti];
+        if (--t.refs == 0) std::string().swap(t.text);
+        if (leaf.ids.empty()) {
+            delete leaf.texts;
+            leaf.texts = nullptr;
+            leaf.ids.release();
+            retag(cur);
+        }
+        // Prune nodes left empty, bottom-up (the root stays).
+        while (cur != 0 && nodes_[cur].empty()) {
+            Node& n = nodes_[cur];
+            uint32_t parent = n.parent;
+            Node& p = nodes_[parent];
+            if (n.label == STAR) {
+                p.star = NO_NODE;
+                retag(parent);
+            } else if (n.label == HASH) {
+                p.hash = NO_NODE;
+                --hash_count_;
+                retag(parent);
+            } else {
+                erase_edge(parent, n.label);
+                release_word(n.label);
+                if (--p.nchildren == 0) retag(parent);
+            }
+            free_node(cur);
+            cur = parent;
+        }
+        return true;
+    }
+
+    // An empty string when every invariant holds, else what is broken.
+    std::string check() const {
+        uint32_t live = 0, hashes = 0, ids = 0;
+        for (uint32_t i = 0; i < nodes_.size(); ++i) {
+            const Node& n = nodes_[i];
+            if (!n.live) {
+                if (n.cached || n.texts || !n.ids.empty()) return "freed node holds data";
+                continue;
+            }
+            ++live;
+            hashes += n.is_hash;
+            ids += static_cast<uint32_t>(n.ids.size());
+            if (i != 0 && n.empty()) return "unpruned empty node";
+            if (n.is_hash && (n.star != NO_NODE || n.hash != NO_NODE)) return "non-canonical";
+            if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash) return "hash edge to a non-# node";
+            if (n.star != NO_NODE && n.star != ((n.star & INDEX) | tags(n.star & INDEX))) return "star tag";
+            if (n.hash != NO_NODE && n.hash != ((n.hash & INDEX) | tags(n.hash & INDEX))) return "hash tag";
+            if (n.ids.empty() != (n.texts == nullptr)) return "texts without ids";
+            if (n.star != NO_NODE &&
+                (nodes_[n.star & INDEX].parent != i || nodes_[n.star & INDEX].label != STAR))
+                return "star child's parent link";
+            if (n.hash != NO_NODE &&
+                (nodes_[n.hash & INDEX].parent != i || nodes_[n.hash & INDEX].label != HASH))
+                return "hash child's parent link";
+            if (i != 0) {
+                const Node& p = nodes_[n.parent];
+                if (!p.live) return "dead parent";
+                if (n.label == STAR ? (p.star & INDEX) != i
+                    : n.label == HASH ? (p.hash & INDEX) != i
+                                      : (child(n.parent, n.label) & INDEX) != i)
+                    return "parent does not lead here";
+            }
+            if (n.texts) {
+                std::vector<uint32_t> refs(n.texts->size(), 0);
+                for (size_t pos = 0; pos < n.ids.size(); ++pos) {
+                    const IdSlot* s = find_id(n.ids[pos]);
+                    if (s == nullptr || s->node != i || s->pos != pos) return "id table mismatch";
+                    ++refs[s->text];
+                }
+                for (size_t t = 0; t < refs.size(); ++t)
+                    if (refs[t] != (*n.texts)[t].refs) return "text refcount";
+            }
+            if (n.cached != nullptr && static_cast<size_t>(PySet_GET_SIZE(n.cached)) != n.ids.size())
+                return "stale cached result";
+        }
+        if (live != node_count_) return "node count";
+        if (hashes != hash_count_) return "hash count";
+        if (ids != id_count_) return "id count";
+        uint32_t edges = 0;
+        std::vector<uint32_t> children(nodes_.size(), 0), wrefs(words_.size(), 0);
+        for (const Edge& e : edges_) {
+            if (e.child == NO_NODE) continue;
+            ++edges;
+            uint32_t c = e.child & INDEX;
+            if (!nodes_[c].live || nodes_[c].parent != e.parent) return "edge target";
+            if (e.child != (c | tags(c))) return "edge tag";
+            if (e.word >= words_.size() || words_[e.word].refs == 0) return "edge word";
+            ++children[e.parent];
+            ++wrefs[e.word];
+        }
+        if (edges != edge_count_) return "edge count";
+        for (uint32_t i = 0; i < nodes_.size(); ++i)
+            if (nodes_[i].live && children[i] != nodes_[i].nchildren) return "child count";
+        uint32_t words = 0;
+        for (uint32_t w = 0; w < words_.size(); ++w) {
+            if (wrefs[w] != words_[w].refs) return "word refcount";
+            if (words_[w].refs) {
+                ++words;
+                if (word_id(words_[w].text.data(), static_cast<uint32_t>(words_[w].text.size())) != w)
+                    return "word table";
+            }
+        }
+        if (words != word_count_) return "word count";
+        return "";
+    }
+
+   private:
+    std::vector<Node> nodes_;
+    std::vector<uint32_t> free_nodes_;
+    std::vector<Edge> edges_;
+    std::vector<IdSlot> idslots_;
+    std::vector<WordEntry> words_;
+    std::vector<uint32_t> free_words_;
+    std::vector<WordSlot> wordslots_;
+    uint32_t node_count_ = 1, hash_count_ = 0, id_count_ = 0, edge_count_ = 0, word_count_ = 0;
+    uint32_t epoch_ = 0;
+    uint64_t version_ = 1;
+    int edge_shift_ = 60;  // 64 - log2(edges_.size())
+    std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
+    // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
+    std::vector<uint32_t> level_, next_, active_, slot_of_, slot_word_, reached_, memo_touched_;
+    std::vector<std::vector<uint32_t>> by_word_;  // per slot: children of active '#' nodes
+    static constexpr size_t MEMO_SLOTS = 16;      // distinct topic words the memo table covers
+    struct Memo;
+    std::vector<Memo> memo_;
+
+    // Fibonacci hashing: one multiply, the top bits (the walk computes one per step).
+    size_t edge_bucket(uint32_t parent, uint32_t word) const {
+        uint64_t key = (static_cast<uint64_t>(parent) << 32) | word;
+        return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> edge_shift_);
+    }
+    static size_t combo_bucket(const uint32_t* nodes, uint32_t n) {
+        uint64_t h = n;
+        for (uint32_t i = 0; i < n; ++i) h = mix64(h ^ (static_cast<uint64_t>(nodes[i]) << 20));
+        return static_cast<size_t>(h & (COMBO_SLOTS - 1));
+    }
+    static size_t id_bucket(uint32_t id) {
+        return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> 20);
+    }
+
+    const std::vector<uint32_t>* plain_walk(const uint32_t* words, size_t n) {
+        // Without '#' there are no loops and every node has one parent edge, so a level
+        // holds each node at most once.
+        std::vector<uint32_t>& level = level_;
+        std::vector<uint32_t>& next = next_;
+        level.clear();
+        level.push_back(tags(0));
+        for (size_t i = 0; i < n; ++i) {
+            uint32_t w = words[i];
+            // A node is worth carrying to the next level only if it has edges to follow
+            // there, or, after the last word, ids.
+            uint32_t keep = i + 1 < n ? HAS_EDGES : HAS_IDS;
+            next.clear();
+            prefetch_level(level, w);
+            for (uint32_t ref : level) {
+                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
+                    uint32_t c = child(ref & INDEX, w);
+                    if (c & keep) next.push_back(c);
+                }
+                if (ref & HAS_STAR) {
+                    uint32_t c = nodes_[ref & INDEX].star;
+                    if (c & keep) next.push_back(c);
+                }
+            }
+            level.swap(next);
+            if (level.empty()) break;
+        }
+        // The caller reads the end nodes that hold ids next: ask for them all at once.
+        for (uint32_t ref : level)
+            if (ref & HAS_IDS) __builtin_prefetch(&nodes_[ref & INDEX]);
+        return &level;
+    }
+
+    // A level's probes are independent of each other: asking for all their cache lines
+    // first overlaps the misses (the walk is bound by them on large tries, profiled).
+    void prefetch_level(const std::vector<uint32_t>& level, uint32_t w) const {
+        if (level.size() < 2) return;
+        size_t mask = edges_.size() - 1;
+        for (uint32_t ref : level) {
+            if ((ref & HAS_KIDS) && w != UNKNOWN_WORD)
+                __builtin_prefetch(&edges_[edge_bucket(ref & INDEX, w) & mask]);
+            if (ref & HAS_STAR) __builtin_prefetch(&nodes_[ref & INDEX]);
+        }
+    }
+
+    // A reached '#' node stays active at every later position, so it is set aside (stamped
+    // with this walk's epoch, so it enters once) and its literal edges for the topic's
+    // distinct words are indexed per word (by_word_): a level costs the nodes that match
+    // its word. Each node is processed at most once per level: nodes x (words + 1) steps.
+    void reach(uint32_t ref) {
+        if (!(ref & HAS_HASH)) return;
+        // A '#' node has one parent: the parent's stamp says whether it is active already
+        // (one read of a line the caller had in hand, not two).
+        Node& parent = nodes_[ref & INDEX];
+        if (parent.stamp == epoch_) return;
+        parent.stamp = epoch_;
+        uint32_t href = parent.hash;
+        active_.push_back(href);
+        if (!(href & HAS_KIDS)) return;
+        uint32_t h = href & INDEX;
+        for (uint32_t slot = 0; slot < slot_word_.size(); ++slot) {
+            uint32_t c = child(h, slot_word_[slot]);
+            if (c != NO_NODE) by_word_[slot].push_back(c);
+        }
+    }
+
+    // What the children of the '#' nodes' children for the word in slot `prev` (the
+    // level's "static" part: by_word_[prev][:len]) contribute for the next word, `slot`.
+    // Once every '#' node is active the same lists recur at every position with the same
+    // word, so the contribution is kept per (prev, slot) pair for the rest of the walk and
+    // only extended by entries added since (lists only grow during a walk).
+    struct Memo {
+        uint32_t done = 0;     // by_word_[prev][:done] are accounted for in `out`
+        uint32_t reached = 0;  // out[:reached] went through reach() already
+        std::vector<uint32_t> out;
+    };
+
+    void static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32_t w, uint32_t keep,
+                     std::vector<uint32_t>& next) {
+        const size_t k = slot_word_.size();
+        if (k >= MEMO_SLOTS) {  // too many distinct words for the table: step directly
+            size_t from = next.size();
+            for (uint32_t j = 0; j < len; ++j) {
+                uint32_t ref = by_word_[prev][j];
+                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
+                    uint32_t c = child(ref & INDEX, w);
+                    if (c & keep) next.push_back(c);
+                }
+                if (ref & HAS_STAR) {
+                    uint32_t c = nodes_[ref & INDEX].star;
+                    if (c & keep) next.push_back(c);
+                }
+            }
+            for (size_t j = from; j < next.size(); ++j) reach(next[j]);
+            return;
+        }
+        size_t index = prev * (MEMO_SLOTS + 1) + (slot == UINT32_MAX ? MEMO_SLOTS : slot);
+        Memo& m = memo_[index];
+        if (m.done == 0 && m.out.empty()) memo_touched_.push_back(static_cast<uint32_t>(index));
+        for (uint32_t j = m.done; j < len; ++j) {
+            uint32_t ref = by_word_[prev][j];
+            if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
+                uint32_t c = child(ref & INDEX, w);
+                if (c != NO_NODE) m.out.push_back(c);
+            }
+            if (ref & HAS_STAR) m.out.push_back(nodes_[ref & INDEX].star);
+        }
+        if (len > m.done) m.done = len;
+        size_t from = next.size();
+        next.resize(from + m.out.size());
+        uint32_t* out = next.data() + from;
+        for (uint32_t c : m.out)
+            if (c & keep) *out++ = c;
+        next.resize(static_cast<size_t>(out - next.data()));
+        // Only the entries new to `out` can reach a '#' node not yet active.
+        for (size_t j = m.reached; j < m.out.size(); ++j) reach(m.out[j]);
+        m.reached = static_cast<uint32_t>(m.out.size());
+    }
+
+    const std::vector<uint32_t>* hash_walk(const uint32_t* words, size_t n,
+                                           std::vector<uint32_t>* level_sizes) {
+        if (++epoch_ == 0) {  // wrapped: forget every stamp
+            for (Node& node : nodes_) node.stamp = 0;
+            epoch_ = 1;
+        }
+        // Distinct known words of the topic -> slots.
+        slot_of_.assign(n, UINT32_MAX);
+        slot_word_.clear();
+        for (size_t i = 0; i < n; ++i) {
+            uint32_t w = words[i];
+            if (w == UNKNOWN_WORD) continue;
+            uint32_t slot = 0;
+            while (slot < slot_word_.size() && slot_word_[slot] != w) ++slot;
+            if (slot == slot_word_.size()) slot_word_.push_back(w);
+            slot_of_[i] = slot;
+        }
+        const size_t k = slot_word_.size();
+        if (by_word_.size() < k) by_word_.resize(k);
+        for (size_t slot = 0; slot < k; ++slot) by_word_[slot].clear();
+        reached_.assign(k, 0);
+        if (memo_.empty()) memo_.resize(MEMO_SLOTS * (MEMO_SLOTS + 1));
+        for (uint32_t index : memo_touched_) {
+            memo_[index].done = memo_[index].reached = 0;
+            memo_[index].out.clear();
+        }
+        memo_touched_.clear();
+        active_.clear();
+        // A level: `level` (nodes reached through literal and '*' edges) plus its static
+        // part, by_word_[static_slot][:static_len] (children of active '#' nodes).
+        std::vector<uint32_t>& level = level_;
+        std::vector<uint32_t>& next = next_;
+        level.clear();
+        level.push_back(tags(0));
+        uint32_t static_slot = UINT32_MAX, static_len = 0;
+        reach(level[0]);
+        if (level_sizes) level_sizes->push_back(static_cast<uint32_t>(level.size() + active_.size()));
+        for (size_t i = 0; i < n; ++i) {
+            uint32_t w = words[i];
+            uint32_t slot = slot_of_[i];
+            // As in plain_walk, plus HAS_HASH: reach() needs the node to set its '#' aside
+            // (which then matches after the last word too).
+            uint32_t keep = (i + 1 < n ? HAS_EDGES : HAS_IDS) | HAS_HASH;
+            // This level's static part: the list as it is now, before this level's reach()
+            // adds the children of '#' nodes reached here (they match from the next word).
+            uint32_t len = slot == UINT32_MAX ? 0 : static_cast<uint32_t>(by_word_[slot].size());
+            prefetch_level(level, w);
+            // Each node yields two refs at most: write them unchecked.
+            next.resize(2 * level.size());
+            uint32_t* out = next.data();
+            {
+                const Edge* edges = edges_.data();
+                const size_t mask = edges_.size() - 1;
+                const Node* nodes = nodes_.data();
+                const bool known = w != UNKNOWN_WORD;
+                for (uint32_t ref : level) {
+                    if ((ref & HAS_KIDS) && known) {
+                        uint32_t c = probe(edges, mask, ref & INDEX, w);
+                        if (c & keep) *out++ = c;
+                    }
+                    if (ref & HAS_STAR) {
+                        uint32_t c = nodes[ref & INDEX].star;
+                        if (c & keep) *out++ = c;
+                    }
+                }
+            }
+            next.resize(static_cast<size_t>(out - next.data()));
+            size_t stepped = next.size();
+            for (size_t j = 0; j < stepped; ++j) reach(next[j]);
+            if (static_len) static_step(static_slot, static_len, slot, w, keep, next);
+            if (slot != UINT32_MAX) {
+                for (uint32_t j = reached_[slot]; j < len; ++j) reach(by_word_[slot][j]);
+                if (len > reached_[slot]) reached_[slot] = len;
+            }
+            if (level_sizes)
+                level_sizes->push_back(static_cast<uint32_t>(next.size() + len + active_.size()));
+            level.swap(next);
+            static_slot = slot;
+            static_len = len;
+            if (level.empty() && len == 0 && active_.empty()) return &level;
+        }
+        if (static_len)
+            for (uint32_t j = 0; j < static_len; ++j) {
+                uint32_t ref = by_word_[static_slot][j];
+                if (ref & HAS_IDS) level.push_back(ref);
+            }
+        level.insert(level.end(), active_.begin(), active_.end());
+        return &level;
+    }
+
+    // Node `i`'s tags changed: rewrite the one reference to it (in its parent).
+    void retag(uint32_t i) {
+        if (i == 0) return;
+        const Node& n = nodes_[i];
+        uint32_t ref = i | tags(i);
+        if (n.label == STAR) {
+            nodes_[n.parent].star = ref;
+        } else if (n.label == HASH) {
+            nodes_[n.parent].hash = ref;
+        } else {
+            size_t mask = edges_.size() - 1;
+            size_t k = edge_bucket(n.parent, n.label) & mask;
+            while (!(edges_[k].parent == n.parent && edges_[k].word == n.label &&
+                     edges_[k].child != NO_NODE))
+                k = (k + 1) & mask;
+            edges_[k].child = ref;
+        }
+    }
+
+    uint32_t new_node(uint32_t parent, uint32_t label, bool is_hash) {
+        uint32_t i;
+        if (!free_nodes_.empty()) {
+            i = free_nodes_.back();
+            free_nodes_.pop_back();
+        } else {
+            if (nodes_.size() >= MAX_NODES) throw std::length_error("too many trie nodes");
+            i = static_cast<uint32_t>(nodes_.size());
+            nodes_.emplace_back();
+        }
+        Node& n = nodes_[i];
+        n.parent = parent;
+        n.label = label;
+        n.is_hash = is_hash;
+        n.live = true;
+        ++node_count_;
+        return i;
+    }
+
+    void free_node(uint32_t i) {
+        Node& n = nodes_[i];
+        n.ids.release();
+        n = Node();
+        free_nodes_.push_back(i);
+        --node_count_;
+    }
+
+    // -- words -------------------------------------------------------------------------------
+
+    uint32_t intern(const char* p, uint32_t size) {
+        uint32_t w = word_id(p, size);
+        if (w != UNKNOWN_WORD) return w;
+        if ((word_count_ + 1) * 4 > wordslots_.size() * 3) grow_words();
+        if (!free_words_.empty()) {
+            w = free_words_.back();
+            free_words_.pop_back();
+        } else {
+            w = static_cast<uint32_t>(words_.size());
+            words_.emplace_back();
+        }
+        WordEntry& e = words_[w];
+        e.text.assign(p, size);
+        e.hash = hash_bytes(p, size);
+        e.refs = 0;
+        place_word(w);
+        ++word_count_;
+        return w;
+    }
+
+    void place_word(uint32_t w) {
+        uint32_t h32 = static_cast<uint32_t>(words_[w].hash >> 32);
+        size_t mask = wordslots_.size() - 1;
+        size_t i = h32 & mask;
+        while (wordslots_[i].id_plus1 != 0) i = (i + 1) & mask;
+        wordslots_[i] = WordSlot{h32, w + 1};
+    }
+
+    void grow_words() {
+        std::vector<WordSlot> old;
+        old.swap(wordslots_);
+        wordslots_.assign(old.size() * 2, WordSlot{0, 0});
+        for (const WordSlot& s : old)
+            if (s.id_plus1 != 0) place_word(s.id_plus1 - 1);
+    }
+
+    // A word's last edge is gone: forget it (backward-shift deletion keeps probing exact).
+    void release_word(uint32_t w) {
+        if (--words_[w].refs != 0) return;
+        size_t mask = wordslots_.size() - 1;
+        size_t i = static_cast<uint32_t>(words_[w].hash >> 32) & mask;
+        while (wordslots_[i].id_plus1 != w + 1) i = (i + 1) & mask;
+        for (size_t j = (i + 1) & mask; wordslots_[j].id_plus1 != 0; j = (j + 1) & mask) {
+            size_t home = wordslots_[j].hash32 & mask;
+            if (((j - home) & mask) >= ((j - i) & mask)) {
+                wordslots_[i] = wordslots_[j];
+                i = j;
+            }
+        }
+        wordslots_[i] = WordSlot{0, 0};
+        std::string().swap(words_[w].text);
+        free_words_.push_back(w);
+        --word_count_;
+    }
+
+    // -- edges -------------------------------------------------------------------------------
+
+    void insert_edge(uint32_t parent, uint32_t word, uint32_t c) {
+        if ((edge_count_ + 1) * 4 > edges_.size() * 3) {
+            std::vector<Edge> old;
+            old.swap(edges_);
+            edges_.assign(old.size() * 2, Edge{0, 0, NO_NODE});
+            --edge_shift_;
+            for (const Edge& e : old)
+                if (e.child != NO_NODE) place_edge(e);
+        }
+        place_edge(Edge{parent, word, c});
+        ++edge_count_;
+    }
+
+    void place_edge(const Edge& e) {
+        size_t mask = edges_.size() - 1;
+        size_t i = edge_bucket(e.parent, e.word) & mask;
+        while (edges_[i].child != NO_NODE) i = (i + 1) & mask;
+        edges_[i] = e;
+    }
+
+    void erase_edge(uint32_t parent, uint32_t word) {
+        size_t mask = edges_.size() - 1;
+        size_t i = edge_bucket(parent, word) & mask;
+        while (!(edges_[i].parent == parent && edges_[i].word == word && edges_[i].child != NO_NODE))
+            i = (i + 1) & mask;
+        for (size_t j = (i + 1) & mask; edges_[j].child != NO_NODE; j = (j + 1) & mask) {
+            size_t home = edge_bucket(edges_[j].parent, edges_[j].word) & mask;
+            if (((j - home) & mask) >= ((j - i) & mask)) {
+                edges_[i] = edges_[j];
+                i = j;
+            }
+        }
+        edges_[i] = Edge{0, 0, NO_NODE};
+        --edge_count_;
+    }
+
+    // -- ids -----------------------------------------------------------------------------------
+
+    const IdSlot* find_id(uint32_t id) const {
+        size_t mask = idslots_.size() - 1;
+        for (size_t i = id_bucket(id) & mask;; i = (i + 1) & mask) {
+            const IdSlot& s = idslots_[i];
+            if (s.node == EMPTY_SLOT) return nullptr;
+            if (s.id == id) return &s;
+        }
+    }
+    IdSlot* find_id(uint32_t id) {
+        return const_cast<IdSlot*>(static_cast<const Core*>(this)->find_id(id));
+    }
+
+    void place_id(const IdSlot& slot) {
+        size_t mask = idslots_.size() - 1;
+        size_t i = id_bucket(slot.id) & mask;
+        while (idslots_[i].node != EMPTY_SLOT) i = (i + 1) & mask;
+        idslots_[i] = slot;
+    }
+
+    void insert_id(uint32_t id, uint32_t node, uint32_t text, uint32_t pos) {
+        if ((id_count_ + 1) * 5 > idslots_.size() * 4) {
+            std::vector<IdSlot> old;
+            old.swap(idslots_);
+            idslots_.assign(old.size() * 2, IdSlot{0, EMPTY_SLOT, 0, 0});
+            for (const IdSlot& s : old)
+                if (s.node != EMPTY_SLOT) place_id(s);
+        }
+        place_id(IdSlot{id, node, text, pos});
+        ++id_count_;
+    }
+
+    void erase_id(uint32_t id) {
+        size_t mask = idslots_.size() - 1;
+        size_t i = id_bucket(id) & mask;
+        while (idslots_[i].id != id || idslots_[i].node == EMPTY_SLOT) i = (i + 1) & mask;
+        for (size_t j = (i + 1) & mask; idslots_[j].node != EMPTY_SLOT; j = (j + 1) & mask) {
+            size_t home = id_bucket(idslots_[j].id) & mask;
+            if (((j - home) & mask) >= ((j - i) & mask)) {
+                idslots_[i] = idslots_[j];
+                i = j;
+            }
+        }
+        idslots_[i] = IdSlot{0, EMPTY_SLOT, 0, 0};
+        --id_count_;
+    }
+};
+
+}  // namespace topicstore

@@ -1,0 +1,197 @@
+"""Guarantees specific to ``native``: it is compiled code (no silent pure-Python stand-in),
+its id -> pattern table lives in the native structure yet behaves as the dict the base
+class expects, and its interned words, nodes and cached results follow every write. Its
+matching is covered by the shared property, conformance and concurrency tests."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import random
+import sys
+import threading
+from collections.abc import Callable
+
+import pytest
+
+import matcher._native
+from matcher import Limits, MatcherError, create_matcher
+from matcher._native import NativeMatcher
+from matcher.grammar import AMQP, pattern_matches
+
+
+def test_native_is_a_compiled_extension() -> None:
+    path = matcher._native.__file__
+    assert path is not None
+    assert path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), path
+    assert path.endswith(".so") or path.endswith(".pyd"), path
+    assert isinstance(create_matcher("native"), NativeMatcher)
+
+
+def test_pattern_table_is_native_and_dict_like() -> None:
+    m = NativeMatcher()
+    m.subscribe(7, "a.#.#.b")  # canonical form indexed, text kept as written
+    m.subscribe(8, "a.#.b")
+    m.subscribe(9, "a.#.b")
+    assert m.node_count() == 4  # root, a, #, b: 7, 8 and 9 share the node
+    assert m.pattern_of(7) == "a.#.#.b" and m.pattern_of(8) == "a.#.b"
+    assert m.pattern_of(10) is None and m.pattern_of(-1) is None and m.pattern_of("7") is None  # type: ignore[arg-type]
+    assert sorted(m.subscriptions()) == [(7, "a.#.#.b"), (8, "a.#.b"), (9, "a.#.b")]
+    table = m._patterns
+    assert len(table) == 3 and 7 in table and 10 not in table and table.get(10) is None
+    assert sorted(table) == [7, 8, 9] and table[9] == "a.#.b"
+    assert table.pop(7) == "a.#.#.b" and table.pop(7) is None  # pop withdraws for real
+    assert set(m.match("a.x.b")) == {8, 9}
+    m.subscribe(7, "a.#.#.b")
+    m._check()
+
+
+def test_words_nodes_and_cached_results_follow_writes() -> None:
+    m = NativeMatcher()
+    for i in range(2_000):
+        m.subscribe(i, f"w{i}.x")
+    assert m.node_count() == 1 + 2 * 2_000
+    for i in range(2_000):
+        assert set(m.match(f"w{i}.x")) == {i}  # caches a frozenset on each leaf
+    for i in range(2_000):
+        assert m.unsubscribe(i)
+    m._check()  # every word released, every node freed, no stale cache
+    assert m.node_count() == 1 and len(m) == 0
+    assert set(m.match("w5.x")) == set()
+    m.subscribe(1, "w5.x")
+    assert set(m.match("w5.x")) == {1}
+    m.subscribe(2, "w5.x")
+    assert set(m.match("w5.x")) == {1, 2}  # the cached {1} was dropped by the write
+    m._check()
+
+
+def test_non_ascii_long_and_other_dialect_topics() -> None:
+    m = NativeMatcher()
+    m.subscribe(1, "é.*.ß")
+    m.subscribe(2, "#.ß")
+    assert set(m.match("é.x.ß")) == {1, 2}
+    assert set(m.match(b"\xc3\xa9.y.\xc3\x9f")) == {1, 2}  # type: ignore[arg-type]
+    long_key = "." * 254  # 255 empty words: past the fast path's word bound
+    words = AMQP.split_topic(long_key)
+    m.subscribe(3, "#")
+    m.subscribe(4, "*.#")
+    expected = {
+        i for i, p in [(3, "#"), (4, "*.#")] if pattern_matches(AMQP.parse_pattern(p), words)
+    }
+    assert set(m.match(long_key)) == expected
+    mqtt = NativeMatcher("mqtt")
+    mqtt.subscribe(1, "#")
+    mqtt.subscribe(2, "$SYS/#")
+    assert set(mqtt.match("$SYS/x")) == {2} and set(mqtt.match("a/b")) == {1}
+    mqtt._check()
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except MatcherError as e:
+        return (type(e).__name__, e.code, str(e))
+
+
+@pytest.mark.parametrize("dialect", ["amqp", "mqtt", "nats"])
+def test_fast_subscribe_paths_follow_the_grammar(dialect: str) -> None:
+    """Plainly valid AMQP patterns skip the Python grammar on the way in; every input must
+    still get exactly ``trie``'s (the base class's) answer, error code and message."""
+    limits = Limits(max_words=4, max_pattern_bytes=12, max_subscriptions=6)
+    inputs: list[object] = [
+        "a.b",
+        "a.*.#.*",
+        "#.#",
+        "a.b.c.d",
+        "a.b.c.d.e",
+        "x" * 13,
+        "",
+        "é.x",
+        b"a.b",
+        5,
+        "a\x00",
+        "a.+",
+        "a/#",
+        "a/+/b",
+        "a b",
+        ">",
+        "a.>",
+        "$a",
+    ]
+    native = create_matcher("native", dialect=dialect, limits=limits)
+    trie = create_matcher("trie", dialect=dialect, limits=limits)
+    for sub_id, pattern in enumerate(inputs):
+        for m in (native, trie):
+            m.subscribe_many([])  # nothing: no error, no change
+        got = _outcome(lambda: native.subscribe(sub_id, pattern))  # type: ignore[arg-type]  # noqa: B023
+        want = _outcome(lambda: trie.subscribe(sub_id, pattern))  # type: ignore[arg-type]  # noqa: B023
+        assert got == want, pattern
+    # a conflict with the table
+    assert _outcome(lambda: native.subscribe(0, "b")) == _outcome(lambda: trie.subscribe(0, "b"))
+    assert dict(native.subscriptions()) == dict(trie.subscriptions())
+    batches: list[list[tuple[object, object]]] = [
+        [(100, "q.r"), (101, "é.*"), (100, "q.r")],  # a repeat inside the batch
+        [(102, "q"), (102, "r")],  # a conflict inside the batch
+        [(103, "q"), (104, "a.b.c.d.e")],  # one invalid item: nothing is stored
+        [(105, "q"), (-1, "q")],
+        [(106, "s"), (0, "a.b")],  # a no-op against the table
+        [(107, "t"), (108, "u"), (109, "v"), (110, "w")],  # past the capacity
+    ]
+    for batch in batches:
+        got = _outcome(lambda: native.subscribe_many(batch))  # type: ignore[arg-type]  # noqa: B023
+        want = _outcome(lambda: trie.subscribe_many(batch))  # type: ignore[arg-type]  # noqa: B023
+        assert got == want, batch
+        assert dict(native.subscriptions()) == dict(trie.subscriptions()), batch
+    native._check()
+
+
+@pytest.mark.parametrize("alphabet", [["a", "b", ""], [f"w{k}" for k in range(20)]])
+def test_long_topics_with_many_hashes_match_the_rule(alphabet: list[str]) -> None:
+    """Long topics revisit the same words: the '#' walk keeps what the children of '#'
+    nodes contribute per pair of words (up to 16 distinct words) and steps directly past
+    that; both against the rule itself."""
+    rng = random.Random(3)
+    tokens = [*alphabet, *["*", "#"] * 3]
+    patterns = [".".join(rng.choice(tokens) for _ in range(rng.randint(0, 7))) for _ in range(300)]
+    m = NativeMatcher()
+    m.subscribe_many(list(enumerate(patterns)))
+    parsed = [AMQP.parse_pattern(p) for p in patterns]
+    longest = 255 // (max(map(len, alphabet)) + 1)  # words that fit in a 255-byte key
+    for _ in range(60):
+        words = [
+            rng.choice(alphabet[:4] if rng.random() < 0.8 else alphabet)
+            for _ in range(rng.randint(0, longest))
+        ]
+        topic = ".".join(words)
+        words = AMQP.split_topic(topic)  # [""] joins to "", which is no word at all
+        expected = {i for i, tokens_ in enumerate(parsed) if pattern_matches(tokens_, words)}
+        assert set(m.match(topic)) == expected
+
+
+def test_readers_on_the_general_path_do_not_share_words() -> None:
+    """Topics off the C fast path go through the dialect's (Python) splitter first, during
+    which another thread may match: each reader must still walk its own words."""
+    m = NativeMatcher("mqtt")
+    m.subscribe(1, "a/b")
+    m.subscribe(2, "c/d/e")
+    m.subscribe(3, "+/é")
+    cases = {"a/b": {1}, "c/d/e": {2}, "x/é": {3}, "a/b/c": set()}
+    errors: list[BaseException] = []
+
+    def reader(topic: str, expected: set[int]) -> None:
+        try:
+            for _ in range(3_000):
+                assert set(m.match(topic)) == expected, topic
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader, args=item) for item in cases.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
