@@ -8,6 +8,7 @@ sequence number it reflects, so ``snapshot()`` is O(1) and always consistent.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,9 @@ from loader.shadow import ShadowCheck
 from matcher import EMPTY, HeadersMatcher, Limits, Matcher, MatchResult, create_matcher
 from store.records import HEADERS_DIALECT, Change
 
-DEFAULT_ENGINES: Final = ("trie", "optimized_inverted_bitmap")
+#: The compiled walk answers; ``optimized_inverted_bitmap``, an independent algorithm, is
+#: kept current beside it and checks a sample of its answers (``loader.shadow``).
+DEFAULT_ENGINES: Final = ("native", "optimized_inverted_bitmap")
 
 
 class Entry(NamedTuple):
@@ -216,7 +219,14 @@ class RoutingTable:
 
 
 def _entry(change: Change) -> Entry:
-    return Entry(change.tenant, change.subscriber, change.dialect, change.pattern)
+    """The catalog's entry; tenant, subscriber and dialect names repeat across many
+    subscriptions, so one string each is kept (the driver makes a new one per row)."""
+    return Entry(
+        sys.intern(change.tenant),
+        sys.intern(change.subscriber),
+        sys.intern(change.dialect),
+        change.pattern,
+    )
 
 
 _VALIDATORS: dict[tuple[str, Limits | None], Matcher] = {}

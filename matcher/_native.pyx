@@ -121,6 +121,18 @@ cdef inline str _text(const string& s):
     return s.decode("utf-8", "strict")
 
 
+cdef inline void _flush_wildcards(vector[Token]& out, Py_ssize_t stars, bint hashes):
+    """canonical(): a run of wildcards becomes its '*'s, then one '#' if there was any."""
+    cdef Token t
+    t.data, t.size, t.kind = <const char*>NULL, 0, STAR
+    while stars:
+        out.push_back(t)
+        stars -= 1
+    if hashes:
+        t.kind = HASH
+        out.push_back(t)
+
+
 cdef class _Core:
     """The C++ structure and the hot paths; ``NativeMatcher`` adds the interface."""
 
@@ -179,25 +191,12 @@ cdef class _Core:
             elif i - start == 1 and data[start] == 35:  # '#'
                 hashes = True
             else:
-                # canonical(): a run of wildcards becomes its '*'s, then one '#' if any
-                t.data, t.size, t.kind = <const char*>NULL, 0, STAR
-                while stars:
-                    out.push_back(t)
-                    stars -= 1
-                if hashes:
-                    t.kind = HASH
-                    out.push_back(t)
-                    hashes = False
+                _flush_wildcards(out, stars, hashes)
+                stars, hashes = 0, False
                 t.data, t.size, t.kind = data + start, i - start, 0
                 out.push_back(t)
             start = i + 1
-        t.data, t.size, t.kind = <const char*>NULL, 0, STAR
-        while stars:
-            out.push_back(t)
-            stars -= 1
-        if hashes:
-            t.kind = HASH
-            out.push_back(t)
+        _flush_wildcards(out, stars, hashes)
         return words <= self.max_words
 
     def __len__(self):

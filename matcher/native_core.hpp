@@ -277,6 +277,19 @@ class Core {
         return probe(edges_.data(), edges_.size() - 1, parent, word);
     }
 
+    // One step of the walk from ``ref`` over word ``w``: its literal child and its '*'
+    // child, kept when they have what the rest of the walk needs (``keep``'s flags).
+    inline void step(uint32_t ref, uint32_t w, uint32_t keep, std::vector<uint32_t>& next) const {
+        if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
+            uint32_t c = child(ref & INDEX, w);
+            if (c & keep) next.push_back(c);
+        }
+        if (ref & HAS_STAR) {
+            uint32_t c = nodes_[ref & INDEX].star;
+            if (c & keep) next.push_back(c);
+        }
+    }
+
     // child() on a table the caller read once (the walk's loops push into vectors, so the
     // compiler cannot keep edges_'s pointer and size in registers across them by itself).
     uint32_t probe(const Edge* edges, size_t mask, uint32_t parent, uint32_t word) const {
@@ -566,14 +579,7 @@ class Core {
             next.clear();
             prefetch_level(level, w);
             for (uint32_t ref : level) {
-                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
-                    uint32_t c = child(ref & INDEX, w);
-                    if (c & keep) next.push_back(c);
-                }
-                if (ref & HAS_STAR) {
-                    uint32_t c = nodes_[ref & INDEX].star;
-                    if (c & keep) next.push_back(c);
-                }
+                step(ref, w, keep, next);
             }
             level.swap(next);
             if (level.empty()) break;
@@ -634,15 +640,7 @@ class Core {
         if (k >= MEMO_SLOTS) {  // too many distinct words for the table: step directly
             size_t from = next.size();
             for (uint32_t j = 0; j < len; ++j) {
-                uint32_t ref = by_word_[prev][j];
-                if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
-                    uint32_t c = child(ref & INDEX, w);
-                    if (c & keep) next.push_back(c);
-                }
-                if (ref & HAS_STAR) {
-                    uint32_t c = nodes_[ref & INDEX].star;
-                    if (c & keep) next.push_back(c);
-                }
+                step(by_word_[prev][j], w, keep, next);
             }
             for (size_t j = from; j < next.size(); ++j) reach(next[j]);
             return;

@@ -47,7 +47,6 @@ DUPLICATE_ID: Final = "duplicate_id"
 MESSAGE_DIALECTS: Final = ("amqp", "mqtt", "nats")
 DEFAULT_DIALECT: Final = "amqp"
 
-#: The engine every executor builds. ``dfa`` matched 2-3x faster than ``trie`` on the
-#: benchmark workload once warm (one dictionary step per word) and builds 10,000 patterns in
-#: ~60 ms; its state and transition tables are bounded by ``Limits`` (see bench/pipeline.py).
-DEFAULT_ENGINE: Final = "dfa"
+#: The engine every executor builds: the compiled trie walk (no warm-up, unlike ``dfa``,
+#: whose states are built per new topic; bounded memory; see bench/pipeline.py).
+DEFAULT_ENGINE: Final = "native"
