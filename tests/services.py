@@ -1,11 +1,13 @@
 """Real services the tests talk to, and the one rule for when one is missing: on CI
-(``CI=true``) that fails the run; locally the test is skipped with the reason."""
+(``CI`` set to a truthy value, see ``on_ci``) that fails the run; locally the test is skipped
+with the reason. Every test that needs a service or a tool goes through ``require``."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Final
 
 import pytest
 import sqlalchemy as sa
@@ -22,17 +24,23 @@ POSTGRES_ADMIN_URL = (
 )
 
 
+#: Values of ``CI`` that mean "this is CI", in any case: runners set ``true`` (GitHub,
+#: GitLab) or ``1`` (others), and people type ``yes``.
+CI_TRUTHY: Final = frozenset({"1", "true", "yes", "on"})
+
+
 def on_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
+    """Whether this run is CI, where a missing service is a failure, not a skip."""
+    return os.environ.get("CI", "").strip().lower() in CI_TRUTHY
 
 
-def require(available: bool, what: str) -> None:
-    """Fail on CI, skip locally, when ``what`` is not reachable."""
+def require(available: bool, what: str, hint: str = "start it to run this test") -> None:
+    """Fail on CI, skip locally (saying ``hint``), when ``what`` is not available."""
     if available:
         return
     if on_ci():
-        pytest.fail(f"{what} is required on CI but is not reachable")
-    pytest.skip(f"{what} is not reachable; start it to run this test")
+        pytest.fail(f"{what} is required on CI but is not available")
+    pytest.skip(f"{what} is not available; {hint}")
 
 
 @contextmanager
