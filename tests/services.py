@@ -45,11 +45,14 @@ def require(available: bool, what: str, hint: str = "start it to run this test")
 
 @contextmanager
 def fresh_postgres_database() -> Iterator[str]:
-    """A new, empty database for one test session (dropped afterwards); yields its URL."""
+    """A new, empty database for one test session (dropped afterwards); yields its URL. Its
+    name carries the xdist worker (``gw0``, ...) running it, so a database left behind by a
+    killed run says whose it was."""
     require(
         postgres_reachable(POSTGRES_ADMIN_URL), f"PostgreSQL on {POSTGRES_HOST}:{POSTGRES_PORT}"
     )
-    with scratch_database(POSTGRES_ADMIN_URL, prefix="topicstore_test") as url:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with scratch_database(POSTGRES_ADMIN_URL, prefix=f"topicstore_test_{worker}") as url:
         yield url
 
 

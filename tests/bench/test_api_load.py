@@ -14,6 +14,7 @@ from matcher import create_matcher
 from tests.services import require
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", ["python", "wrk"])
 def test_tiny_run_has_every_row(client: str) -> None:
     if client == "wrk":

@@ -97,6 +97,7 @@ def test_every_table_has_a_one_line_description() -> None:
         assert len(f"  {name:<14}{table.description}") <= 100, name
 
 
+@pytest.mark.slow
 def test_quick_suite_writes_every_table_for_every_engine(tmp_path: Path) -> None:
     tables = run(tmp_path / "out", list(ENGINES), quick=True, tables=SUITE_TABLES)
     assert [table.name for table in tables] == list(EXPECTED_ROWS)
