@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+#: pytest-xdist workers: this machine and CI have 2 cores.
+PYTEST_WORKERS ?= 2
 
-.PHONY: setup run test lint typecheck pytest bench clean
+.PHONY: setup tools run test lint typecheck pytest bench clean
 
 # setup.py and the native sources too: `pip install -e` compiles the native matcher.
 $(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp
@@ -14,6 +16,14 @@ $(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# wrk drives the API load test (tests/bench/test_api_load.py), which CI requires: installed
+# from Debian when running as root without it, as CI does. Elsewhere that test is skipped,
+# saying how to install it.
+tools:
+	@command -v wrk >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 
 # The service on the embedded DuckDB default (./data/), in development mode: it prints the
 # URL, the docs URL and the admin token it made. Set TOPICSTORE_ADMIN_TOKEN (and
@@ -30,8 +40,10 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-pytest: setup
-	$(BIN)/python -m pytest
+# pytest-xdist workers; tests that must not share a service with another worker at the same
+# time are grouped onto one (tests/conftest.py). The ten slowest tests are listed at the end.
+pytest: setup tools
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=10
 
 bench: setup
 	$(BIN)/topicstore bench --out bench-out

@@ -1,16 +1,18 @@
 """What the suite can time: any engine by name (``trie``), the same behind the result cache
-(``trie+cache``), or the dict-trie baseline, behind one protocol; and a check that they agree
-with the baseline (a fast wrong answer is no result)."""
+(``trie+cache``), the dict-trie baseline or its memoized variant, behind one protocol; and a
+check that they agree with the baseline (a fast wrong answer is no result)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Protocol
 
-from bench.baseline import DictTrie
+from bench.baseline import DictTrie, MemoizedDictTrie
 from matcher import create_matcher
 
 BASELINE: Final = "baseline"
+#: The baseline's trie remembering explored states (``bench.baseline.MemoizedDictTrie``).
+MEMOIZED_BASELINE: Final = "memoized-baseline"
 #: Suffix of a subject that is an engine behind ``create_matcher(..., cache_size=CACHE_SIZE)``.
 CACHE_SUFFIX: Final = "+cache"
 CACHE_SIZE: Final = 65_536
@@ -43,9 +45,11 @@ def cached(engine: str) -> str:
 
 def make_subject(name: str) -> Subject:
     """A new, empty engine ``name`` (AMQP dialect), cached for ``<engine>+cache``, or the
-    baseline for ``BASELINE``."""
+    baseline for ``BASELINE`` (memoized for ``MEMOIZED_BASELINE``)."""
     if name == BASELINE:
         return DictTrie()
+    if name == MEMOIZED_BASELINE:
+        return MemoizedDictTrie()
     if name.endswith(CACHE_SUFFIX):
         return create_matcher(name.removesuffix(CACHE_SUFFIX), "amqp", cache_size=CACHE_SIZE)
     return create_matcher(name, dialect="amqp")

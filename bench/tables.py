@@ -24,7 +24,7 @@ from bench.report import Table
 from bench.scaled import run_scaled
 from bench.sizes import Sizes
 from bench.store_load import run_store_load
-from bench.subjects import BASELINE, cached
+from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.throughput import run_throughput
 from bench.workloads import (
     adversarial_workload,
@@ -105,11 +105,12 @@ def _adversarial(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
         sizes.adversarial_patterns, sizes.adversarial_topics, seed=sizes.seed
     )
     yield run_adversarial(
-        [*engines, BASELINE],
+        [*engines, MEMOIZED_BASELINE, BASELINE],
         workload,
         sizes.adversarial_repeats,
         subsets={
             "naive": sizes.adversarial_naive_topics,
+            MEMOIZED_BASELINE: sizes.adversarial_baseline_topics,
             BASELINE: sizes.adversarial_baseline_topics,
         },
         budget_s=sizes.adversarial_call_budget_s,

@@ -2,7 +2,9 @@
 
 I/O happens here and in ``pipeline.io`` only; everything between is the pure
 transformations of ``pipeline.transforms``. The matcher runs once per message: the routed rows
-are persisted and the three tables (deliveries, unmatched, rejects) are split off them.
+are persisted and the three tables (deliveries, unmatched, rejects) are split off them. The
+summary's counts are observed while the first table is written (no job of their own); only
+rejected messages, when there are any, are counted by reason in one more small job.
 
 Output under ``out``::
 
@@ -44,11 +46,11 @@ from time import perf_counter
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 
 from matcher import HeaderLimits, Limits
 from pipeline import io, transforms
-from pipeline.codes import DEFAULT_ENGINE, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
+from pipeline.codes import DEFAULT_ENGINE, MAX_OUTPUT_ROWS
 from pipeline.errors import PipelineError
 from pipeline.session import JOB_SQL_CONF
 from pipeline.subscriptions import SubscriptionPlan, SubscriptionReject, build_plan
@@ -139,7 +141,7 @@ def _plan(
     plan, rejects = build_plan(
         table, engine=job.engine, limits=job.limits, header_limits=job.header_limits
     )
-    log.info("%d subscriptions (%d rejected); engine %s", len(plan), len(rejects), job.engine)
+    log.debug("%d subscriptions (%d rejected); engine %s", len(plan), len(rejects), job.engine)
     return plan, rejects, source
 
 
@@ -148,6 +150,17 @@ def _reason_counts(pairs: list[tuple[str, int]]) -> dict[str, int]:
     for reason, n in sorted(pairs):
         counts[reason] = counts.get(reason, 0) + n
     return counts
+
+
+def _rejects_by_reason(routed: DataFrame, rejected: int) -> dict[str, int]:
+    if not rejected:
+        return {}  # the usual case: no job to count nothing
+    return _reason_counts(
+        [
+            (str(row["reason"]), row["rows"])
+            for row in transforms.rejects_by_reason(routed).collect()
+        ]
+    )
 
 
 def run(spark: SparkSession, job: RouteJob) -> RunSummary:
@@ -170,7 +183,10 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
     routed = transforms.route(
         _spread(messages, _parallelism(spark)), broadcast, job.max_output_rows
     )
-    # Route once; the tables and the counts are all read from the cached rows.
+    # Route once; the tables are all read from the cached rows, and the totals observed while
+    # the first of them computes those rows.
+    totals = Observation("routed")
+    routed = routed.observe(totals, *transforms.routed_totals())
     routed = routed.persist(StorageLevel.MEMORY_AND_DISK)
     stages.done("plan")
     try:
@@ -183,20 +199,16 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
             rejects = rejects.unionByName(io.subscription_rejects(spark, sub_rejects))
         io.write_table(rejects, out / io.REJECTS, "source")
         stages.done("rejects")
-        counts = [
-            (row["output"], row["reason"], row["rows"], row["messages"])
-            for row in transforms.routed_counts(routed).collect()
-        ]
+        counted: dict[str, int] = totals.get
+        by_reason = _rejects_by_reason(routed, counted["rejected"])
         stages.done("counts")
     finally:
         routed.unpersist()
         broadcast.unpersist()
 
     duration = sum(stages.seconds.values())
-    matched = sum(m for output, _, _, m in counts if output == DELIVERY)
-    unmatched = sum(n for output, _, n, _ in counts if output == UNMATCHED)
-    by_reason = _reason_counts([(str(r), n) for output, r, n, _ in counts if output == REJECTED])
-    total = matched + unmatched + sum(by_reason.values())
+    matched, unmatched, rejected = counted["matched"], counted["unmatched"], counted["rejected"]
+    total = matched + unmatched + rejected
     summary = RunSummary(
         started_at=started_at,
         duration_s=round(duration, 3),
@@ -204,8 +216,8 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
         messages=total,
         matched=matched,
         unmatched=unmatched,
-        rejected=sum(by_reason.values()),
-        deliveries=sum(n for output, _, n, _ in counts if output == DELIVERY),
+        rejected=rejected,
+        deliveries=counted["deliveries"],
         rejects_by_reason=by_reason,
         subscriptions=len(plan),
         subscriptions_rejected=len(sub_rejects),
@@ -217,7 +229,7 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
         stages_s=stages.seconds,
     )
     io.write_summary(out / io.SUMMARY, summary.to_json())
-    log.info(
+    log.debug(
         "routed %d messages in %.1f s (%.0f msg/s): %d deliveries, %d unmatched, %d rejected; "
         "stages %s",
         total,

@@ -4,17 +4,27 @@ Locally (``local[*]``, the default) the driver is the only JVM, so it gets the m
 Python workers are separate processes (one per core) that hold the engines. On a cluster
 (``spark://host:7077``) only the job's SQL settings are applied; executors need this project
 installed in the same Python (``PYSPARK_PYTHON``) so that ``matcher`` imports there.
+
+Spark is kept quiet: its log4j logs errors only, py4j's Python logger warnings only, and the
+line the JVM prints at every start (``WARNING: Using incubator modules``: Spark 4's launcher
+always adds the Vector API module) is dropped from the JVM's stderr, which is otherwise
+passed through as it is.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from pipeline.codes import ARROW_BATCH_ROWS
@@ -52,12 +62,49 @@ logger.pyspark.level = error
 """
 
 
+#: Lines of the JVM's stderr that tell a user nothing, dropped.
+JVM_NOISE: Final = frozenset({b"WARNING: Using incubator modules: jdk.incubator.vector"})
+
+
+def jvm_started() -> bool:
+    """Whether this process has started Spark's JVM already. PySpark keeps it for the life of
+    the process, even after ``stop()`` (with the code earlier jobs had compiled)."""
+    return SparkContext._gateway is not None
+
+
+def _pass_stderr(stream: IO[bytes]) -> None:
+    """Copy the JVM's stderr to ours, line by line, without the ``JVM_NOISE`` lines, until
+    the JVM exits (a daemon thread: it never keeps this process alive)."""
+
+    def pump() -> None:
+        with stream:
+            for line in stream:
+                if line.rstrip(b"\r\n") in JVM_NOISE:
+                    continue
+                while line:  # where the JVM would have written it: file descriptor 2
+                    line = line[os.write(2, line) :]
+
+    threading.Thread(target=pump, name="spark-jvm-stderr", daemon=True).start()
+
+
+def _start_jvm(conf: SparkConf) -> None:
+    """Start the JVM for ``conf`` (as ``SparkSession.builder`` would) with its stderr read
+    through ``_pass_stderr``, and make it this process's SparkContext."""
+    # popen_kwargs is PySpark's documented hook for capturing the JVM's output.
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    _pass_stderr(gateway.proc.stderr)
+    SparkContext(conf=conf, gateway=gateway)
+
+
 def _quiet_logging_file() -> Path:
     """A log4j2 configuration that logs errors only (Spark's default logs every stage at
     WARN and INFO while starting)."""
     path = Path(tempfile.gettempdir()) / "topicstore-spark-log4j2.properties"
     if not path.exists() or path.read_text(encoding="utf-8") != _LOG4J2:
-        path.write_text(_LOG4J2, encoding="utf-8")
+        # Written aside and renamed: another process may be starting its JVM with it.
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(_LOG4J2, encoding="utf-8")
+        partial.replace(path)
     return path
 
 
@@ -93,8 +140,14 @@ def spark_session(
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_quiet_logging_file()}",
         }
-    for key, value in {**settings, **(conf or {})}.items():
+    settings |= dict(conf or {})
+    for key, value in settings.items():
         builder = builder.config(key, value)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # logs every connection at INFO
+    if not submitted and not jvm_started():
+        _start_jvm(
+            SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+        )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

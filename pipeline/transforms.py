@@ -279,9 +279,23 @@ def message_rejects(routed: DataFrame) -> DataFrame:
     )
 
 
-def routed_counts(routed: DataFrame) -> DataFrame:
-    """Rows per (output, reason) and, for deliveries, the messages they came from."""
-    return routed.groupBy("output", "reason").agg(
-        sf.count(sf.lit(1)).alias("rows"),
-        sf.count(sf.when(sf.col("first"), 1)).alias("messages"),
+def routed_totals() -> list[Column]:
+    """Aggregates of the routed rows, to ``observe`` while they are first written (no job of
+    their own): ``deliveries``, ``matched`` (messages with at least one delivery),
+    ``unmatched`` and ``rejected`` (messages)."""
+    output = sf.col("output")
+    return [
+        sf.count_if(output == DELIVERY).alias("deliveries"),
+        sf.count_if((output == DELIVERY) & sf.col("first")).alias("matched"),
+        sf.count_if(output == UNMATCHED).alias("unmatched"),
+        sf.count_if(output == REJECTED).alias("rejected"),
+    ]
+
+
+def rejects_by_reason(routed: DataFrame) -> DataFrame:
+    """Rejected messages per ``reason`` (``reason``, ``rows``)."""
+    return (
+        routed.where(sf.col("output") == REJECTED)
+        .groupBy("reason")
+        .agg(sf.count(sf.lit(1)).alias("rows"))
     )

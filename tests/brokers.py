@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import os
 import socket
 import threading
 import time
@@ -25,7 +24,6 @@ from typing import Any, Final
 import nats
 import nats.errors
 import paho.mqtt.client as mqtt
-import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -34,6 +32,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from tests.services import require
 
 MQTT_HOST: Final = "127.0.0.1"
 MQTT_PORT: Final = 1883
@@ -50,19 +50,6 @@ _MQTT_OUTSTANDING_BUDGET: Final = 800
 # Topic prefixes Mosquitto treats specially: "$SYS" is read-only for clients and "$share/..."
 # filters are shared subscriptions. Neither says anything about plain filter matching.
 _MQTT_RESERVED: Final = ("$SYS", "$share")
-
-
-def _on_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def _require(available: bool, what: str) -> None:
-    """Return if ``available``; otherwise fail on CI (``CI=true``), skip elsewhere."""
-    if available:
-        return
-    if _on_ci():
-        pytest.fail(f"{what}; CI=true requires it for the broker conformance tests")
-    pytest.skip(f"{what}; start one there to run the broker conformance tests")
 
 
 # --------------------------------------------------------------------------------------- MQTT
@@ -94,7 +81,7 @@ def mqtt_available(timeout: float = 2.0) -> bool:
 
 def require_mqtt() -> None:
     """Skip the calling test (or fixture) when Mosquitto is unreachable; fail it on CI."""
-    _require(mqtt_available(), f"MQTT broker (Mosquitto) not reachable at {MQTT_ADDRESS}")
+    require(mqtt_available(), f"the MQTT broker (Mosquitto) at {MQTT_ADDRESS}")
 
 
 def _check_mqtt_args(filters: Sequence[str], topics: Sequence[str]) -> None:
@@ -300,7 +287,7 @@ def nats_available(timeout: float = 2.0) -> bool:
 
 def require_nats() -> None:
     """Skip the calling test (or fixture) when nats-server is unreachable; fail it on CI."""
-    _require(nats_available(), f"NATS server not reachable at {NATS_ADDRESS}")
+    require(nats_available(), f"nats-server at {NATS_ADDRESS}")
 
 
 def _check_nats_args(patterns: Sequence[str], subjects: Sequence[str]) -> None:

@@ -1,15 +1,64 @@
-"""Fixtures shared by every test package: the real databases."""
+"""Fixtures shared by every test package (the real databases), and how the suite splits
+over pytest-xdist workers (``make test`` runs ``-n 2``).
+
+Each xdist worker is a pytest session of its own, so each gets its own PostgreSQL database
+(named after the worker) and, if it runs Spark tests, its own Spark session. Tests that
+should not share a service with another worker at the same time are kept on one worker by
+where they live (``XDIST_GROUPS``); every other test goes wherever a worker is free.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from migrations.runner import upgrade
 from store import Database
 from tests.services import fresh_postgres_database, reset_postgres
+
+#: Node id prefix -> the group whose tests run one after another on one worker:
+#: * ``spark``: the Spark tests share one session (a JVM, seconds to start) per worker;
+#: * ``brokers``: Mosquitto and nats-server topics cannot carry a per-run prefix (it would
+#:   change what ``#``, ``>`` and the ``$`` rule match), so two runs at once would each
+#:   receive the other's traffic: filtered out by run id, but it counts against Mosquitto's
+#:   outgoing queue;
+#: * ``rabbitmq``: each run declares its own exchange and could share the broker; grouped so
+#:   that the module fixtures routing the corpus through it run once, not once per worker.
+XDIST_GROUPS: Final = {
+    "tests/pipeline/": "spark",
+    "tests/matcher/test_broker_dialects.py": "brokers",
+    "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",
+}
+
+
+class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
+    """xdist's ``load`` distribution, except that the tests of one ``XDIST_GROUPS`` group
+    are one unit of work. (xdist's own ``loadgroup`` marks groups by rewriting node ids,
+    which pytest 9.2 no longer lets a plugin do: pytest-xdist issue 1386.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        for prefix, group in XDIST_GROUPS.items():
+            if nodeid.startswith(prefix):
+                return group
+        return nodeid
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own choice
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> GroupScheduling | None:
+    """``GroupScheduling`` for ``-n N`` (whose distribution is ``load``); any other
+    ``--dist`` asked for is left to xdist."""
+    return GroupScheduling(config, log) if config.getvalue("dist") == "load" else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the ``slow`` tests first: started last, one of them would keep a worker busy long
+    after the other has run out of tests."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

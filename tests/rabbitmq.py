@@ -8,7 +8,6 @@ and compare. Everything here talks to ``127.0.0.1:5672`` as ``guest``/``guest``.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -16,7 +15,8 @@ from typing import Any, Final
 
 import pika
 import pika.exceptions
-import pytest
+
+from tests.services import require
 
 HOST: Final = "127.0.0.1"
 PORT: Final = 5672
@@ -55,17 +55,9 @@ def broker_available(timeout: float = 2.0) -> bool:
 
 
 def require_broker() -> None:
-    """Skip the calling test (or fixture) when the broker is unreachable, but fail it on CI.
-
-    Locally a missing broker is an environment gap; on CI (``CI=true``) it would silently
-    turn the conformance suite into a no-op, so it is an error there.
-    """
-    if broker_available():
-        return
-    reason = f"RabbitMQ broker not reachable at {ADDRESS} (AMQP, guest/guest)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason}; CI=true requires it for the rabbitmq conformance tests")
-    pytest.skip(f"{reason}; start one there to run the rabbitmq conformance tests")
+    """Skip the calling test (or fixture) when the broker is unreachable, but fail it on CI:
+    there a missing broker would silently turn the conformance suite into a no-op."""
+    require(broker_available(), f"the RabbitMQ broker at {ADDRESS} (AMQP, guest/guest)")
 
 
 def _check_key(kind: str, key: str) -> None:

@@ -1,11 +1,13 @@
 """Real services the tests talk to, and the one rule for when one is missing: on CI
-(``CI=true``) that fails the run; locally the test is skipped with the reason."""
+(``CI`` set to a truthy value, see ``on_ci``) that fails the run; locally the test is skipped
+with the reason. Every test that needs a service or a tool goes through ``require``."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Final
 
 import pytest
 import sqlalchemy as sa
@@ -22,26 +24,35 @@ POSTGRES_ADMIN_URL = (
 )
 
 
+#: Values of ``CI`` that mean "this is CI", in any case: runners set ``true`` (GitHub,
+#: GitLab) or ``1`` (others), and people type ``yes``.
+CI_TRUTHY: Final = frozenset({"1", "true", "yes", "on"})
+
+
 def on_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
+    """Whether this run is CI, where a missing service is a failure, not a skip."""
+    return os.environ.get("CI", "").strip().lower() in CI_TRUTHY
 
 
-def require(available: bool, what: str) -> None:
-    """Fail on CI, skip locally, when ``what`` is not reachable."""
+def require(available: bool, what: str, hint: str = "start it to run this test") -> None:
+    """Fail on CI, skip locally (saying ``hint``), when ``what`` is not available."""
     if available:
         return
     if on_ci():
-        pytest.fail(f"{what} is required on CI but is not reachable")
-    pytest.skip(f"{what} is not reachable; start it to run this test")
+        pytest.fail(f"{what} is required on CI but is not available")
+    pytest.skip(f"{what} is not available; {hint}")
 
 
 @contextmanager
 def fresh_postgres_database() -> Iterator[str]:
-    """A new, empty database for one test session (dropped afterwards); yields its URL."""
+    """A new, empty database for one test session (dropped afterwards); yields its URL. Its
+    name carries the xdist worker (``gw0``, ...) running it, so a database left behind by a
+    killed run says whose it was."""
     require(
         postgres_reachable(POSTGRES_ADMIN_URL), f"PostgreSQL on {POSTGRES_HOST}:{POSTGRES_PORT}"
     )
-    with scratch_database(POSTGRES_ADMIN_URL, prefix="topicstore_test") as url:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with scratch_database(POSTGRES_ADMIN_URL, prefix=f"topicstore_test_{worker}") as url:
         yield url
 
 

@@ -13,14 +13,15 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
+from bench.adversarial import ROW_LABELS as ADVERSARIAL_LABELS
 from bench.adversarial import STATEFUL, TIMEOUT
 from bench.api_load import BATCH, HEALTHZ, MATCH
-from bench.baseline import DictTrie
+from bench.baseline import DictTrie, MemoizedDictTrie
 from bench.concurrency import EXCLUDED as CONCURRENCY_EXCLUDED
 from bench.cs_trie_load import LOAD_SUBJECTS
 from bench.report import format_table
 from bench.sizes import QUICK
-from bench.subjects import BASELINE, cached
+from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.suite import run
 from bench.tables import TABLES
 from bench.workloads import (
@@ -32,7 +33,7 @@ from bench.workloads import (
     seed_patterns,
     throughput_workload,
 )
-from matcher import ENGINES
+from matcher import ENGINES, create_matcher
 
 SCALED = scaled_workload()
 ENGINE_ROWS = [*ENGINES, BASELINE]
@@ -47,7 +48,8 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     "concurrency_latency": [e for e in ENGINE_ROWS if e not in CONCURRENCY_EXCLUDED],
     "adversarial": [
         *(f"{e} {state}" if e in STATEFUL else e for e in ENGINES for state in ("cold", "warm")),
-        BASELINE,
+        ADVERSARIAL_LABELS[MEMOIZED_BASELINE],
+        ADVERSARIAL_LABELS[BASELINE],
     ],
     "cs_trie_load": [e for e in ENGINE_ROWS if e in LOAD_SUBJECTS],
     "api_load": [HEALTHZ, MATCH, f"{BATCH} ({QUICK.api_batch_topics:,})"],
@@ -95,6 +97,7 @@ def test_every_table_has_a_one_line_description() -> None:
         assert len(f"  {name:<14}{table.description}") <= 100, name
 
 
+@pytest.mark.slow
 def test_quick_suite_writes_every_table_for_every_engine(tmp_path: Path) -> None:
     tables = run(tmp_path / "out", list(ENGINES), quick=True, tables=SUITE_TABLES)
     assert [table.name for table in tables] == list(EXPECTED_ROWS)
@@ -106,10 +109,10 @@ def test_quick_suite_writes_every_table_for_every_engine(tmp_path: Path) -> None
         )
     _assert_outputs(tmp_path / "out", list(EXPECTED_ROWS))
     by_name = {table.name: table for table in tables}
-    # the adversarial baseline runs under a CPU budget: a figure or "timeout", never a hang
-    baseline_row = by_name["adversarial"].rows[-1]
-    assert baseline_row[0] == BASELINE
-    assert baseline_row[3] == TIMEOUT or isinstance(baseline_row[3], float)
+    # both adversarial dict tries run under a CPU budget: a figure or "timeout", never a hang
+    for row in by_name["adversarial"].rows[-2:]:
+        assert row[0] in ADVERSARIAL_LABELS.values()
+        assert row[3] == TIMEOUT or isinstance(row[3], float)
     # memory: the largest RSS size is measured for the large subjects only
     memory = {row[0]: row for row in by_name["memory"].rows}
     assert memory["trie"][-1] is not None
@@ -292,11 +295,25 @@ BASELINE_CASES = [
 ]
 
 
+@pytest.mark.parametrize("trie_type", [DictTrie, MemoizedDictTrie])
 @pytest.mark.parametrize(("pattern", "topic", "expected"), BASELINE_CASES)
-def test_baseline_matches_hand_table(pattern: str, topic: str, expected: bool) -> None:
-    trie = DictTrie()
+def test_baseline_matches_hand_table(
+    trie_type: type[DictTrie], pattern: str, topic: str, expected: bool
+) -> None:
+    trie = trie_type()
     trie.subscribe(1, pattern)
     assert (1 in trie.match(topic)) is expected
+
+
+def test_memoized_baseline_agrees_with_naive_on_adversarial_topics() -> None:
+    workload = adversarial_workload(60, 4, seed=5)
+    trie, naive = MemoizedDictTrie(), create_matcher("naive")
+    for sub_id, pattern in workload.subscriptions():
+        trie.subscribe(sub_id, pattern)
+        naive.subscribe(sub_id, pattern)
+    results = [trie.match(topic) for topic in workload.messages]
+    assert results == [set(naive.match(topic)) for topic in workload.messages]
+    assert any(results), "no topic matched anything: the comparison would be vacuous"
 
 
 def test_baseline_unsubscribe_prunes_and_reports() -> None:

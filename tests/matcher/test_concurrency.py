@@ -41,10 +41,19 @@ def _busy_gil() -> Iterator[None]:
         sys.setswitchinterval(old)
 
 
-def _run(writers: list[Callable[[], None]], readers: list[Callable[[Event], None]]) -> None:
-    """Run readers until every writer is done; re-raise the first failure of any thread."""
+def _run(writers: list[Callable[[], None]], readers: list[Callable[[], None]]) -> list[int]:
+    """Run each reader's one-round callable over and over until every writer is done;
+    re-raise the first failure of any thread.
+
+    A reader round counts as *overlapping* when it started after the first writer had begun
+    and ended before the last writer finished; every reader must have at least one, or the
+    test would pass without having read anything while the writes ran. Returns the
+    overlapping rounds per reader.
+    """
     errors: list[BaseException] = []
-    stop = Event()
+    writing = Event()  # the first writer has started
+    stop = Event()  # every writer has finished (or a thread failed)
+    overlapped = [0] * len(readers)
 
     def guarded(target: Callable[[], None]) -> threading.Thread:
         def run() -> None:
@@ -56,8 +65,25 @@ def _run(writers: list[Callable[[], None]], readers: list[Callable[[Event], None
 
         return threading.Thread(target=run)
 
-    reader_threads = [guarded(lambda r=r: r(stop)) for r in readers]  # type: ignore[misc]
-    writer_threads = [guarded(w) for w in writers]
+    def write(writer: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            writing.set()
+            writer()
+
+        return run
+
+    def read(index: int) -> Callable[[], None]:
+        def run() -> None:
+            while not stop.is_set():
+                during = writing.is_set()
+                readers[index]()
+                if during and not stop.is_set():
+                    overlapped[index] += 1
+
+        return run
+
+    reader_threads = [guarded(read(i)) for i in range(len(readers))]
+    writer_threads = [guarded(write(w)) for w in writers]
     for t in (*reader_threads, *writer_threads):
         t.start()
     for t in writer_threads:
@@ -69,6 +95,8 @@ def _run(writers: list[Callable[[], None]], readers: list[Callable[[Event], None
         assert not t.is_alive(), "a reader did not stop"
     if errors:
         raise errors[0]
+    assert all(overlapped), f"reader rounds overlapping the writes: {overlapped}"
+    return overlapped
 
 
 def _pattern_for(sub_id: int) -> str:
@@ -108,11 +136,10 @@ def test_concurrent_writers_and_readers(engine: str) -> None:
 
         return run
 
-    def reader(stop: Event) -> None:
-        while not stop.is_set():
-            for topic, allowed in NEAR_MISSES.items():
-                for sub_id in m.match(topic):
-                    assert _pattern_for(sub_id) in allowed, (topic, sub_id)
+    def reader() -> None:
+        for topic, allowed in NEAR_MISSES.items():
+            for sub_id in m.match(topic):
+                assert _pattern_for(sub_id) in allowed, (topic, sub_id)
 
     _run([writer(seed) for seed in range(3)], [reader, reader])
     model = {k: v for final in finals for k, v in final.items()}
@@ -126,7 +153,6 @@ def test_concurrent_writers_and_readers(engine: str) -> None:
 
 def test_cs_trie_snapshots_are_consistent_while_writers_run() -> None:
     m = CsTrieMatcher()
-    checked = [0]
 
     def writer() -> None:
         rng = random.Random(1)
@@ -135,22 +161,19 @@ def test_cs_trie_snapshots_are_consistent_while_writers_run() -> None:
             if not m.unsubscribe(sub_id):
                 m.subscribe(sub_id, rng.choice(PATTERNS))
 
-    def reader(stop: Event) -> None:
-        while not stop.is_set():
-            snap = m.snapshot()
-            listing = dict(snap)
-            assert len(snap) == len(listing)
-            for topic in HITS:
-                words = AMQP.split_topic(topic)
-                expected = {
-                    i for i, p in listing.items() if pattern_matches(AMQP.parse_pattern(p), words)
-                }
-                # The snapshot's matches and its listing are one and the same version.
-                assert set(snap.match(topic)) == expected
-            checked[0] += 1
+    def reader() -> None:
+        snap = m.snapshot()
+        listing = dict(snap)
+        assert len(snap) == len(listing)
+        for topic in HITS:
+            words = AMQP.split_topic(topic)
+            expected = {
+                i for i, p in listing.items() if pattern_matches(AMQP.parse_pattern(p), words)
+            }
+            # The snapshot's matches and its listing are one and the same version.
+            assert set(snap.match(topic)) == expected
 
     _run([writer], [reader, reader])
-    assert checked[0] > 0
 
 
 def test_headers_concurrent() -> None:
@@ -167,11 +190,10 @@ def test_headers_concurrent() -> None:
 
         return run
 
-    def reader(stop: Event) -> None:
-        while not stop.is_set():
-            # two of the three criteria: an "all" subscription must never match
-            assert not set(m.match({"a": "1", "b": "2"}))
-            assert not set(m.match({"a": "1", "c": "x"}))
+    def reader() -> None:
+        # two of the three criteria: an "all" subscription must never match
+        assert not set(m.match({"a": "1", "b": "2"}))
+        assert not set(m.match({"a": "1", "c": "x"}))
 
     _run([writer(1), writer(2)], [reader, reader])
     m._check()

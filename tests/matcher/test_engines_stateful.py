@@ -91,6 +91,8 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
     return EnginesAgree
 
 
+pytestmark = pytest.mark.slow
+
 _SETTINGS = settings(
     max_examples=150,
     stateful_step_count=40,

@@ -10,10 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from matplotlib.patches import Rectangle
 from typer.testing import CliRunner
 
-from pipeline.analytics import QUERIES, run_query
-from pipeline.charts import CHARTS, write_chart
+from pipeline.analytics import QUERIES, QueryResult, run_query
+from pipeline.charts import CHARTS, fanout_figure, write_chart
 from pipeline.cli import app
 from pipeline.errors import (
     InvalidBucketError,
@@ -163,6 +164,19 @@ def test_charts_are_png_files(routed: Path, tmp_path: Path, query: str) -> None:
     write_chart(run_query(query, routed), path)
     data = path.read_bytes()
     assert data.startswith(PNG_SIGNATURE) and len(data) > 5_000
+
+
+def test_the_fanout_histogram_has_a_numeric_axis() -> None:
+    # A categorical axis would put 7 right after 4; on a number line 5 and 6 stay empty.
+    result = QueryResult(
+        "fanout", ("fanout", "messages", "topics"), [(0, 3, 2), (4, 2, 1), (7, 1, 1)]
+    )
+    (ax,) = fanout_figure(result).axes
+    bars = [patch for patch in ax.patches if isinstance(patch, Rectangle)]
+    assert [bar.get_x() + bar.get_width() / 2 for bar in bars] == [0, 4, 7]
+    assert [bar.get_height() for bar in bars] == [3, 2, 1]
+    assert ax.xaxis.get_converter() is None  # no category mapping
+    assert all(float(tick).is_integer() for tick in ax.get_xticks())
 
 
 def test_a_query_without_a_chart_is_refused(routed: Path, tmp_path: Path) -> None:

@@ -72,6 +72,7 @@ def _write_inputs(tmp_path: Path, start: datetime = START) -> tuple[Path, Path, 
     return messages, subscriptions, data
 
 
+@pytest.mark.slow
 def test_job_writes_the_three_tables_and_a_summary(spark: SparkSession, tmp_path: Path) -> None:
     messages, subscriptions, data = _write_inputs(tmp_path)
     out = tmp_path / "out"
