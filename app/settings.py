@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     )
     cache_size: int = Field(0, ge=0, description="Result cache per matcher (0 = off).")
     shadow_every: int = Field(
-        100,
+        1_000,
         ge=0,
         description="Answer one match in N with the other engines too and count "
         "disagreements in /metrics (0 = off; needs two or more engines).",
