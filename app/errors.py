@@ -7,7 +7,8 @@ into a 4xx naming the rule, and the service keeps serving.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Final
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,7 +18,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.refusals import ServiceError
 from app.schemas import ErrorOut
 from matcher import CapacityError, MatcherError, SubscriptionConflictError
-from store import DatabaseLockedError, StoreError
+from store import UNAVAILABLE_ERRORS, DatabaseLockedError, StoreError
+
+log = logging.getLogger(__name__)
 
 _MEANINGS = {
     400: "Invalid input: the code names the broken rule (URL, body, topic or pattern).",
@@ -26,7 +29,8 @@ _MEANINGS = {
     404: "No such subscription (for this tenant).",
     413: "The body or the batch is over its limit.",
     422: "The request does not fit the schema.",
-    503: "The routing table is still being built.",
+    503: "The routing table is still being built, or the store is not answering "
+    "(``store_unavailable``, with Retry-After): retry later.",
 }
 
 
@@ -35,10 +39,16 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorOut, "description": _MEANINGS[status]} for status in statuses}
 
 
+#: Seconds a client should wait before retrying a write while the store is unavailable.
+RETRY_AFTER_S: Final = 5
+
+
 def envelope(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if "retry_after" in extra:
+        headers["Retry-After"] = str(extra["retry_after"])
     return JSONResponse(
-        {"error": {"code": code, "message": message, **extra}}, status, headers=headers
+        {"error": {"code": code, "message": message, **extra}}, status, headers=headers or None
     )
 
 
@@ -64,6 +74,18 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StoreError)
     async def _store(_: Request, e: StoreError) -> JSONResponse:
         return envelope(_status_for(e), e.code, e.message)
+
+    async def _unavailable(_: Request, e: Exception) -> JSONResponse:
+        log.warning("the store is not answering: %s", str(e).splitlines()[0] if str(e) else e)
+        return envelope(
+            503,
+            "store_unavailable",
+            "the store is not answering (matches are still served from memory); retry later",
+            retry_after=RETRY_AFTER_S,
+        )
+
+    for kind in UNAVAILABLE_ERRORS:
+        app.add_exception_handler(kind, _unavailable)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -12,6 +12,7 @@ from store.db import (
     duckdb_file,
 )
 from store.errors import (
+    UNAVAILABLE_ERRORS,
     DatabaseLockedError,
     InvalidSubscriptionError,
     NoSchemaError,
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_DATABASE_URL",
     "DEFAULT_TENANT",
     "HEADERS_DIALECT",
+    "UNAVAILABLE_ERRORS",
     "Backend",
     "Change",
     "Database",

@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Final
+
+import psycopg
+import sqlalchemy as sa
+
+#: Errors that mean the database is not answering (server down or restarting, connection
+#: lost), not that a statement was wrong: the service answers 503 ``store_unavailable`` and
+#: keeps serving matches from memory; a caller may retry.
+UNAVAILABLE_ERRORS: Final = (
+    sa.exc.OperationalError,
+    sa.exc.InterfaceError,
+    psycopg.OperationalError,
+)
+
 
 class StoreError(Exception):
     code: str = "store_error"

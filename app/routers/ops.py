@@ -15,6 +15,7 @@ from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.schemas import Health, Readiness, SnapshotOut
 from app.services import Services
+from store import UNAVAILABLE_ERRORS
 
 router = APIRouter(tags=["operations"])
 
@@ -31,10 +32,14 @@ async def healthz() -> Health:
     responses={503: {"model": Readiness, "description": "Not loaded or not caught up."}},
 )
 def readyz(services: ServicesDep, response: Response) -> Readiness:
-    """200 only when the routing table is loaded and has applied every committed change."""
+    """200 only when the routing table is loaded and has applied every committed change;
+    503 (this same JSON) while it is not, or while the store does not answer."""
     loader = services.loader
     ready = loader.ready.is_set()
-    lag = loader.lag() if ready else None
+    try:
+        lag = loader.lag() if ready else None
+    except UNAVAILABLE_ERRORS:  # cannot say whether it is caught up: not ready
+        ready, lag = False, None
     if not ready or lag:
         response.status_code = 503
     return Readiness(
