@@ -15,9 +15,7 @@ from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.schemas import BulkIn, BulkOut, Counts, Deleted, Page, SubscriptionIn, SubscriptionOut
 
-router = APIRouter(
-    prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 503)
-)
+router = APIRouter(prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 503))
 
 SubId = Annotated[int, PathParam(ge=0, lt=2**32, description="Subscription id.")]
 
