@@ -47,7 +47,8 @@ def _collect_once(
     node: dict[str, Any], words: list[str], i: int, out: set[int], seen: set[tuple[int, int]]
 ) -> None:
     """``_collect``, skipping a (node, position) already explored in this match (nodes are
-    alive for the whole match, so ``id`` names one)."""
+    alive for the whole match, so ``id`` names one). A copy rather than a flag on
+    ``_collect``: the baseline every ratio divides by must not pay for a memo check."""
     state = (id(node), i)
     if state in seen:
         return

@@ -60,6 +60,7 @@ class RoutingTable:
         if not engines:
             raise ValueError("at least one engine is needed")
         self.engines = tuple(engines)
+        self._primary = self.engines[0]
         self.shadow = shadow if len(self.engines) > 1 else None
         self.limits = limits
         self.cache_size = cache_size
@@ -88,7 +89,7 @@ class RoutingTable:
         if matchers is None:
             _validator(dialect, self.limits).match(topic)
             return EMPTY
-        primary = self.engines[0]
+        primary = self._primary
         shadow = self.shadow
         if shadow is None or not shadow.due():
             return matchers[primary].match(topic)
