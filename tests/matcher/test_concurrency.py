@@ -49,11 +49,16 @@ def _run(writers: list[Callable[[], None]], readers: list[Callable[[], None]]) -
     and ended before the last writer finished; every reader must have at least one, or the
     test would pass without having read anything while the writes ran. Returns the
     overlapping rounds per reader.
+
+    Writers start only once every reader has finished a round: on a loaded machine a reader
+    thread may otherwise not have been scheduled yet when a short write phase ends (seen on
+    CI as ``[0, 869]``).
     """
     errors: list[BaseException] = []
     writing = Event()  # the first writer has started
     stop = Event()  # every writer has finished (or a thread failed)
     overlapped = [0] * len(readers)
+    looping = [Event() for _ in readers]  # reader i has finished a round
 
     def guarded(target: Callable[[], None]) -> threading.Thread:
         def run() -> None:
@@ -67,6 +72,10 @@ def _run(writers: list[Callable[[], None]], readers: list[Callable[[], None]]) -
 
     def write(writer: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
+            for ready in looping:
+                while not ready.wait(0.05):
+                    if stop.is_set():
+                        return  # a reader failed; the main thread reports it
             writing.set()
             writer()
 
@@ -77,6 +86,7 @@ def _run(writers: list[Callable[[], None]], readers: list[Callable[[], None]]) -
             while not stop.is_set():
                 during = writing.is_set()
                 readers[index]()
+                looping[index].set()
                 if during and not stop.is_set():
                     overlapped[index] += 1
 
@@ -182,7 +192,7 @@ def test_headers_concurrent() -> None:
     def writer(seed: int) -> Callable[[], None]:
         def run() -> None:
             rng = random.Random(seed)
-            for _ in range(OPS):
+            for _ in range(OPS * 4):  # cheap operations: a long enough write phase
                 sub_id = seed * 100 + rng.randrange(20)
                 if not m.unsubscribe(sub_id):
                     m.subscribe(sub_id, {"a": "1", "b": "2", "c": None}, "all")
