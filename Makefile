@@ -17,13 +17,17 @@ $(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp
 
 setup: $(STAMP)
 
-# wrk drives the API load test (tests/bench/test_api_load.py), which CI requires: installed
-# from Debian when running as root without it, as CI does. Elsewhere that test is skipped,
-# saying how to install it.
+# wrk drives the API load test (tests/bench/test_api_load.py) and chromium the web console's
+# browser tests (tests/app/test_console.py, through Playwright: never `playwright install`),
+# both required on CI: installed from Debian when running as root without them, as CI does.
+# Elsewhere those tests are skipped, saying how to install what is missing.
+TOOLS := wrk:wrk chromium:chromium
 tools:
-	@command -v wrk >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+	@for tool in $(TOOLS); do command=$${tool%%:*}; package=$${tool#*:}; \
+		command -v $$command >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$package >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$package >/dev/null; } \
+		|| exit 1; done
 
 # The service on the embedded DuckDB default (./data/), in development mode: it prints the
 # URL, the docs URL and the admin token it made. Set TOPICSTORE_ADMIN_TOKEN (and

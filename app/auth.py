@@ -5,10 +5,11 @@ the routes)."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.refusals import UnauthorizedError, WrongTenantError
 from app.settings import Settings
@@ -24,10 +25,32 @@ class ConfigurationError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a call came from, as the audit log records it: the request id (the client's
+    ``X-Request-ID`` or one made for it) and the client's address."""
+
+    request_id: str
+    address: str
+
+
+#: A call that came through no network: the command line's direct mode, tests.
+LOCAL = Origin(request_id="-", address="local")
+
+
+@dataclass(frozen=True, slots=True)
 class Caller:
-    """An authenticated caller; ``tenant`` None is the operator, who may name any tenant."""
+    """An authenticated caller; ``tenant`` None is the operator, who may name any tenant.
+    ``name`` names the token for the audit log without holding it (``token_name``);
+    ``origin`` travels with the caller so ``AdminOperations`` can record it without
+    knowing about HTTP."""
 
     tenant: str | None
+    name: str = "operator"
+    origin: Origin = LOCAL
+
+    def at(self, origin: Origin) -> Caller:
+        """This caller, calling from ``origin``."""
+        return replace(self, origin=origin)
 
     def tenant_for(self, requested: str | None) -> str:
         """The tenant this call acts on: the caller's own, or for the operator the one
@@ -54,10 +77,16 @@ def authenticate(settings: Settings, token: str | None) -> Caller:
     for known, tenant in settings.tenant_tokens.items():
         # Compare with every token (no early exit), so timing says nothing about which.
         if hmac.compare_digest(given, known.encode()):
-            found = Caller(tenant)
+            found = Caller(tenant, token_name(known, tenant))
     if found is None:
         raise UnauthorizedError("unknown token")
     return found
+
+
+def token_name(token: str, tenant: str) -> str:
+    """How the audit log names a tenant's token: the tenant and the first 8 hex digits of
+    the token's SHA-256 (tells a tenant's tokens apart; says nothing usable about them)."""
+    return f"{tenant}:{hashlib.sha256(token.encode()).hexdigest()[:8]}"
 
 
 def secure(settings: Settings) -> Settings:

@@ -10,6 +10,7 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -141,12 +142,20 @@ def serve(
     dev: Annotated[
         bool, typer.Option("--dev", help="Development mode: make an admin token if none is set.")
     ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=64, help="Processes, each with its own loader (TOPICSTORE_WORKERS)."
+        ),
+    ] = None,
 ) -> None:
     """Run the API (migrations are applied at startup)."""
     from app.auth import secure
     from app.cli_backend import announce_new_store
     from app.serving import serve as run
     from app.settings import Settings
+    from store import backend_of
+    from store.db import Backend
 
     settings = Settings()
     updates: dict[str, object] = {"dev": settings.dev or dev}
@@ -154,7 +163,16 @@ def serve(
         updates["host"] = host
     if port is not None:
         updates["port"] = port
-    settings = secure(settings.model_copy(update=updates))
+    if workers is not None:
+        updates["workers"] = workers
+    settings = settings.model_copy(update=updates)
+    if settings.workers > 1 and backend_of(settings.database_url) is not Backend.POSTGRES:
+        raise UsageError(
+            "workers_need_postgres",
+            "--workers above 1 needs PostgreSQL: a DuckDB file has one owning process "
+            "(run one worker, or set TOPICSTORE_DATABASE_URL to a PostgreSQL database)",
+        )
+    settings = secure(settings)
     announce_new_store(settings.database_url)
     run(settings, announce_token=settings.dev)
 
@@ -166,10 +184,19 @@ def sub_add(
     dialect: Annotated[str, typer.Option(help="amqp, mqtt or nats.")] = "amqp",
     tenant: Annotated[str | None, typer.Option()] = None,
     label: Annotated[list[str] | None, typer.Option(help="key=value (repeatable).")] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(help="Shared subscription: one member per group receives each message."),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(help="The group's policy: random, round_robin or hash (with --group)."),
+    ] = None,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Add one subscription (creates and migrates the store if there is none)."""
+    """Add one subscription (creates and migrates the store if there is none). An MQTT
+    filter $share/GROUP/FILTER is a shared subscription, like --group GROUP."""
     _dialect(dialect, _TOPIC_DIALECTS)
     if any("=" not in item for item in label or []):
         raise UsageError("invalid_label", "--label takes key=value")
@@ -180,6 +207,8 @@ def sub_add(
         "dialect": dialect,
         "tenant": tenant,
         "labels": labels,
+        "group": group,
+        "group_policy": policy,
     }
     with _admin(api, create=True) as admin:
         (result,) = admin.add_many([item])
@@ -213,11 +242,37 @@ def sub_ls(
     tenant: Annotated[str | None, typer.Option(help="Default: the default tenant.")] = None,
     after: Annotated[int | None, typer.Option(help="Last id seen (pagination).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    overlaps: Annotated[
+        str | None, typer.Option(help="Only patterns sharing a topic with this one.")
+    ] = None,
+    covered_by: Annotated[
+        str | None, typer.Option(help="Only patterns whose every topic this one matches.")
+    ] = None,
+    group: Annotated[
+        str | None, typer.Option(help="Only members of this shared-subscription group.")
+    ] = None,
+    label: Annotated[
+        str | None, typer.Option(help="Only subscriptions whose labels hold KEY=VALUE.")
+    ] = None,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List subscriptions in id order (the same fields, --json, direct or through the API)."""
+    """List subscriptions in id order (the same fields, --json, direct or through the API).
+    With --overlaps or --covered-by (in --dialect, default amqp) a page may hold fewer rows
+    than --limit when other filters apply: continue with --after the last id seen."""
     _dialect(dialect, _STORED_DIALECTS)
+    if label is not None and not label.partition("=")[0]:
+        raise typer.BadParameter("KEY=VALUE, with a key", param_hint="--label")
+    related = {
+        name: value
+        for name, value in (
+            ("overlaps", overlaps),
+            ("covered_by", covered_by),
+            ("group", group),
+            ("label", label),
+        )
+        if value is not None
+    }
     with _admin(api) as admin:
         rows = admin.page(
             tenant=tenant,
@@ -226,13 +281,43 @@ def sub_ls(
             dialect=dialect,
             after=after,
             limit=limit,
+            **related,
         )
-    header = ("ID", "SUBSCRIBER", "DIALECT", "PATTERN", "LABELS")
+    header = ("ID", "SUBSCRIBER", "DIALECT", "PATTERN", "GROUP", "LABELS")
     cells = [
-        (str(r["id"]), r["subscriber"], r["dialect"], r["pattern"], _labels(r["labels"]))
+        (
+            str(r["id"]),
+            r["subscriber"],
+            r["dialect"],
+            r["pattern"],
+            f"{r['group']} ({r['group_policy']})" if r.get("group") else "-",
+            _labels(r["labels"]),
+        )
         for r in rows
     ]
     _emit(rows, as_json, _table(header, cells) if cells else "(none)")
+
+
+@sub.command("redundant")
+def sub_redundant(
+    subscriber: str,
+    dialect: Annotated[str, typer.Option()] = "amqp",
+    tenant: Annotated[str | None, typer.Option()] = None,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """SUBSCRIBER's patterns that another of its patterns covers (safe to remove: it
+    receives the same messages without them)."""
+    _dialect(dialect, _TOPIC_DIALECTS)
+    with _admin(api) as admin:
+        result = admin.redundant(subscriber, dialect, tenant)
+    header = ("ID", "PATTERN", "COVERED BY", "ITS PATTERN")
+    cells = [
+        (str(r["id"]), r["pattern"], str(r["covered_by"]), r["covered_by_pattern"])
+        for r in result["redundant"]
+    ]
+    human = _table(header, cells) if cells else f"(none of {result['patterns']} redundant)"
+    _emit(result, as_json, human)
 
 
 @sub.command("import")
@@ -273,18 +358,103 @@ def sub_import(
         raise typer.Exit(REFUSED)
 
 
+#: What ``audit --action`` may name.
+_AUDIT_ACTIONS = ("create", "delete", "bulk_create", "delete_subscriber")
+
+
+def _time(value: str | None, option: str) -> datetime | None:
+    """An ISO 8601 time option (no offset: UTC, as the API reads it)."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(
+            "invalid_time", f"{option} takes an ISO 8601 time, not {value!r}"
+        ) from None
+
+
+def _ids(ids: Sequence[int], shown: int = 5) -> str:
+    text = ",".join(map(str, ids[:shown]))
+    return f"{text},… (+{len(ids) - shown})" if len(ids) > shown else text
+
+
+@app.command("audit")
+def audit_log(
+    tenant: Annotated[str | None, typer.Option(help="Default: every tenant.")] = None,
+    action: Annotated[str | None, typer.Option(help=", ".join(_AUDIT_ACTIONS))] = None,
+    since: Annotated[
+        str | None, typer.Option("--from", help="ISO 8601 time (inclusive; no offset: UTC).")
+    ] = None,
+    until: Annotated[str | None, typer.Option("--to", help="ISO 8601 time (exclusive).")] = None,
+    after: Annotated[int | None, typer.Option(help="Last id seen (pagination).")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List admin changes in id order: when, which tenant, what, by whom, from where."""
+    if action is not None and action not in _AUDIT_ACTIONS:
+        known = ", ".join(_AUDIT_ACTIONS)
+        raise UsageError("invalid_action", f"unknown action {action!r}; known: {known}")
+    filters = {
+        "tenant": tenant,
+        "action": action,
+        "since": _time(since, "--from"),
+        "until": _time(until, "--to"),
+        "after": after,
+        "limit": limit,
+    }
+    with _admin(api) as admin:
+        rows = admin.audit(**filters)
+    header = ("ID", "TIME", "TENANT", "ACTION", "IDS", "CALLER", "REQUEST", "ADDRESS")
+    cells = [
+        (
+            str(r["id"]),
+            r["created_at"],
+            r["tenant"],
+            r["action"],
+            _ids(r["ids"]),
+            r["caller_name"],
+            r["request_id"],
+            r["address"],
+        )
+        for r in rows
+    ]
+    _emit(rows, as_json, _table(header, cells) if cells else "(none)")
+
+
 @app.command("match")
 def match_topic(
     topic: str,
     dialect: Annotated[str, typer.Option()] = "amqp",
     tenant: Annotated[str | None, typer.Option()] = None,
+    key: Annotated[
+        str | None, typer.Option(help="Key of the groups' hash policy (default: the topic).")
+    ] = None,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Show what each wildcard took.")
+    ] = False,
+    subscriber: Annotated[
+        list[str] | None,
+        typer.Option(help="With --explain: say why this subscriber did not match (repeatable)."),
+    ] = None,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Which subscribers receive a message on TOPIC: one per line (a count on stderr)."""
+    """Which subscribers receive a message on TOPIC: one per line (a count on stderr, and
+    each group's choice). --explain: each matched subscription with the words each wildcard
+    took, and for each --subscriber that did not match, its closest pattern and the word
+    where it failed."""
     _dialect(dialect, _TOPIC_DIALECTS)
+    if explain:
+        with _admin(api) as admin:
+            explained = admin.explain(topic, dialect, tenant, subscriber or [])
+        _emit(explained, as_json, _explained(explained))
+        return
+    if subscriber:
+        raise UsageError("explain_only", "--subscriber needs --explain")
     with _admin(api) as admin:
-        result = admin.match(topic, dialect, tenant)
+        result = admin.match(topic, dialect, tenant, key)
     if as_json:
         _emit(result, as_json, "")
         return
@@ -295,6 +465,37 @@ def match_topic(
         f"{len(result['subscribers'])} subscribers",
         err=True,
     )
+    for choice in result.get("groups", []):
+        typer.echo(
+            f"group {choice['group']} ({choice['policy']}): {choice['subscriber']} "
+            f"(subscription {choice['subscription']}, one of {choice['candidates']})",
+            err=True,
+        )
+
+
+def _explained(result: dict[str, Any]) -> str:
+    """An explanation for people: one line per matched subscription, then the misses."""
+    lines = []
+    for m in result["matched"]:
+        took = ", ".join(
+            f"{c['wildcard']}@{c['token']}={'.'.join(c['words']) or '(nothing)'}"
+            for c in m["captures"]
+        )
+        lines.append(f"{m['id']}  {m['subscriber']}  {m['pattern']}  {took or '(exact)'}")
+    if result["truncated"]:
+        lines.append(f"... {result['matched_total']} matched in all")
+    for u in result["unmatched"]:
+        closest = u["closest"]
+        if closest is None:
+            lines.append(f"{u['subscriber']}: no subscription in this dialect")
+            continue
+        failure = closest["failure"]
+        expected = ",".join(failure["expected"]) or "-"
+        lines.append(
+            f"{u['subscriber']}: no match; closest {closest['id']} {closest['pattern']} fails "
+            f"at word {failure['position']} ({failure['reason']}, expected {expected})"
+        )
+    return "\n".join(lines) if lines else "(no match)"
 
 
 @app.command()

@@ -22,8 +22,15 @@ class Admin(Protocol):
     def add_many(self, items: Sequence[Item]) -> list[Item]: ...
     def remove(self, sub_id: int) -> bool: ...
     def page(self, **filters: Any) -> list[Item]: ...
-    def match(self, topic: str, dialect: str, tenant: str | None) -> Item: ...
+    def match(
+        self, topic: str, dialect: str, tenant: str | None, key: str | None = None
+    ) -> Item: ...
+    def explain(
+        self, topic: str, dialect: str, tenant: str | None, subscribers: Sequence[str]
+    ) -> Item: ...
+    def redundant(self, subscriber: str, dialect: str, tenant: str | None) -> Item: ...
     def export(self, path: Path, tenant: str | None) -> int: ...
+    def audit(self, **filters: Any) -> list[Item]: ...
 
 
 def announce_new_store(url: str) -> None:
@@ -40,8 +47,8 @@ def announce_new_store(url: str) -> None:
 def connect(settings: Settings, api_url: str | None = None, *, create: bool) -> Iterator[Admin]:
     """The store directly when nothing else holds it; otherwise the running service (at
     ``api_url``, or the configured host and port). ``create``: a store that is not there
-    is created and migrated (said on stderr); otherwise it must have been migrated
-    (``NoSchemaError``), and is used as it is."""
+    is created and migrated (said on stderr); otherwise it must have been migrated, to the
+    current schema (``NoSchemaError``), and is used as it is."""
     from store import Database, DatabaseLockedError
 
     if api_url is None:
@@ -54,12 +61,15 @@ def connect(settings: Settings, api_url: str | None = None, *, create: bool) -> 
         else:
             from app.cli_direct import DirectAdmin
             from migrations.runner import upgrade
+            from store.models import Base
 
             try:
                 if create:
                     upgrade(db.url)
                 else:
-                    db.require_schema()
+                    # Every table: a write records its audit row (``sub rm`` on a store
+                    # of an older release would otherwise fail half way).
+                    db.require_schema(Base.metadata.tables)
                 yield DirectAdmin(db, settings)
             finally:
                 db.dispose()

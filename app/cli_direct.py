@@ -1,18 +1,25 @@
 """The command line's direct mode: admin operations on the store itself, as the operator,
-through the same ``AdminOperations`` the HTTP routes call (same limits, quota and results)."""
+through the same ``AdminOperations`` the HTTP routes call (same limits, quota and results,
+and the same audit rows: the caller is ``cli:<user>`` from ``local``, one request id per
+command)."""
 
 from __future__ import annotations
 
+import getpass
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.auth import OPERATOR
+from app.auth import OPERATOR, Caller, Origin
 from app.cli_backend import Item
 from app.operations import AdminOperations
 from app.refusals import NotFoundError
 from app.settings import Settings
 from store import Database
+
+if TYPE_CHECKING:
+    from loader import RoutingTable
 
 
 class DirectAdmin:
@@ -22,29 +29,83 @@ class DirectAdmin:
         self.db = db
         self.settings = settings
         self.operations = AdminOperations(db, settings)
+        self.caller = Caller(None, name=f"cli:{_user()}", origin=Origin(uuid.uuid4().hex, "local"))
 
     def add_many(self, items: Sequence[Item]) -> list[Item]:
         """A result per item, as ``POST /v1/subscriptions/bulk`` gives them."""
-        stored = self.operations.create_many(items, OPERATOR)
+        stored = self.operations.create_many(items, self.caller)
         return [result.model_dump(mode="json") for result in stored.results]
 
     def remove(self, sub_id: int) -> bool:
         try:
-            self.operations.remove(sub_id, OPERATOR)
+            self.operations.remove(sub_id, self.caller)
         except NotFoundError:
             return False
         return True
 
     def page(self, **filters: Any) -> list[Item]:
-        page = self.operations.page(OPERATOR, **filters)
+        from app.table_reads import related_page, relation_of
+
+        if isinstance(filters.get("label"), str):  # KEY=VALUE, as the API takes it
+            key, _, value = filters["label"].partition("=")
+            filters["label"] = (key, value)
+        search = relation_of(filters.pop("overlaps", None), filters.pop("covered_by", None))
+        if search is not None:
+            relation, pattern = search
+            page = related_page(
+                self._table(),
+                self.operations,
+                self.caller,
+                relation=relation,
+                pattern=pattern,
+                **filters,
+            )
+        else:
+            page = self.operations.page(self.caller, **filters)
         return [row.model_dump(mode="json") for row in page.items]
 
-    def match(self, topic: str, dialect: str, tenant: str | None) -> Item:
-        from loader import Loader  # builds the whole table: fine for a one-off command
+    def _table(self) -> RoutingTable:
+        """The whole routing table, built from the store: fine for a one-off command."""
+        from loader import Loader
 
-        table = Loader(self.db, self.settings.engines, limits=self.settings.limits()).build()
-        ids = table.match(OPERATOR.tenant_for(tenant), dialect, topic)
-        return {"subscriptions": sorted(ids), "subscribers": table.subscribers(ids)}
+        return Loader(self.db, self.settings.engines, limits=self.settings.limits()).build()
+
+    def match(self, topic: str, dialect: str, tenant: str | None, key: str | None = None) -> Item:
+        from app.delivery import delivery
+
+        table = self._table()
+        tenant = OPERATOR.tenant_for(tenant)
+        ids = table.match(tenant, dialect, topic)
+        return delivery(table, tenant, ids, topic if key is None else key)
+
+    def explain(
+        self, topic: str, dialect: str, tenant: str | None, subscribers: Sequence[str]
+    ) -> Item:
+        from app.table_reads import explain_topic
+
+        tenant = OPERATOR.tenant_for(tenant)
+        explained = explain_topic(self._table(), tenant, dialect, topic, subscribers)
+        return explained.model_dump(mode="json")
+
+    def redundant(self, subscriber: str, dialect: str, tenant: str | None) -> Item:
+        from app.table_reads import redundant_patterns
+
+        tenant = OPERATOR.tenant_for(tenant)
+        return redundant_patterns(self._table(), tenant, subscriber, dialect).model_dump(
+            mode="json"
+        )
 
     def export(self, path: Path, tenant: str | None) -> int:
-        return self.operations.export(path, OPERATOR, tenant)
+        return self.operations.export(path, self.caller, tenant)
+
+    def audit(self, **filters: Any) -> list[Item]:
+        page = self.operations.audit_page(self.caller, **filters)
+        return [row.model_dump(mode="json") for row in page.items]
+
+
+def _user() -> str:
+    """Who runs the command, as the operating system says (a container may not know)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown"

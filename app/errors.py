@@ -14,11 +14,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.refusals import ServiceError
 from app.schemas import ErrorOut
 from matcher import CapacityError, MatcherError, SubscriptionConflictError
 from store import UNAVAILABLE_ERRORS, DatabaseLockedError, StoreError
+from store.groups import GroupConflictError
 
 log = logging.getLogger(__name__)
 
@@ -27,24 +29,65 @@ _MEANINGS = {
     401: "No bearer token, or an unknown one.",
     403: "The token may not act on that tenant, or the tenant's quota is full.",
     404: "No such subscription (for this tenant).",
+    409: "The write would split a group: another policy than the group's "
+    "(``group_policy_conflict``), or the pattern held in another group "
+    "(``subscription_in_other_group``).",
     413: "The body or the batch is over its limit.",
     422: "The request does not fit the schema.",
+    429: "Over the tenant's rate (``rate_limited``): wait ``Retry-After`` seconds, then retry.",
     503: "The routing table is still being built, or the store is not answering "
     "(``store_unavailable``, with Retry-After): retry later.",
 }
 
 
+#: What a 429 looks like, for the documentation.
+_RATE_LIMITED: Final[dict[str, Any]] = {
+    "headers": {
+        "Retry-After": {
+            "description": "Whole seconds until the request would fit the rate.",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
+    "content": {
+        "application/json": {
+            "example": {
+                "error": {
+                    "code": "rate_limited",
+                    "message": "over the admin rate of 50/s (burst 100); retry in 1 s",
+                    "retry_after": 1,
+                }
+            }
+        }
+    },
+}
+
+
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for the refusals a route can give, all in the one envelope."""
-    return {status: {"model": ErrorOut, "description": _MEANINGS[status]} for status in statuses}
+    return {
+        status: {
+            "model": ErrorOut,
+            "description": _MEANINGS[status],
+            **(_RATE_LIMITED if status == 429 else {}),
+        }
+        for status in statuses
+    }
 
 
 #: Seconds a client should wait before retrying a write while the store is unavailable.
 RETRY_AFTER_S: Final = 5
 
 
-def envelope(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+def envelope(
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     if "retry_after" in extra:
         headers["Retry-After"] = str(extra["retry_after"])
     return JSONResponse(
@@ -55,11 +98,28 @@ def envelope(status: int, code: str, message: str, **extra: Any) -> JSONResponse
 def _status_for(error: MatcherError | StoreError) -> int:
     if isinstance(error, DatabaseLockedError):
         return 503
-    if isinstance(error, SubscriptionConflictError):
+    if isinstance(error, SubscriptionConflictError | GroupConflictError):
         return 409
     if isinstance(error, CapacityError):
         return 403
     return 400
+
+
+_METHODS: Final = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allow(request: Request) -> dict[str, str]:
+    """``Allow`` naming every method the path serves, asked of the router method by method
+    (Starlette names only the first route's: ``PUT /v1/match`` said ``POST``, not ``GET``)."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+    return {"Allow": ", ".join(allowed)}
 
 
 def install(app: FastAPI) -> None:
@@ -103,7 +163,7 @@ def install(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
         # FastAPI reports a body json.loads could not read as a generic 400 "error parsing
         # the body", raised from the parser's error: name the rule instead.
         cause = e.__cause__
@@ -114,4 +174,16 @@ def install(app: FastAPI) -> None:
         if isinstance(cause, ValueError):  # e.g. an integer of more than 4300 digits
             return envelope(400, "invalid_json", f"the JSON body cannot be read: {cause}")
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
-        return envelope(e.status_code, codes.get(e.status_code, "http_error"), str(e.detail))
+        # The exception's headers go out too: a 405 says which methods are (``Allow``).
+        return envelope(
+            e.status_code,
+            codes.get(e.status_code, "http_error"),
+            str(e.detail),
+            headers=_allow(request) if e.status_code == 405 else dict(e.headers or {}),
+        )
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, e: Exception) -> JSONResponse:
+        # A bug: Starlette logs the traceback after this answer; the client gets the
+        # envelope rather than a plain-text "Internal Server Error".
+        return envelope(500, "internal_error", "the service failed on this request (a bug)")

@@ -1,5 +1,5 @@
-"""The FastAPI application: wiring only (routers, error envelope, documentation pages, edge
-checks, metrics, and the services' lifecycle)."""
+"""The FastAPI application: wiring only (routers, error envelope, documentation pages, the
+web console, edge checks, metrics, and the services' lifecycle)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import docs, errors
+from app import console, contract, docs, errors
 from app.auth import secure
-from app.middleware import EdgeChecks, Metrics
-from app.routers import analytics, match, ops, subscriptions
+from app.middleware import EdgeChecks, Metrics, RequestId, StrictQuery
+from app.ratelimit import RateLimitCollector
+from app.routers import analytics, audit, match, ops, subscriptions
 from app.services import Services
 from app.settings import Settings
 
@@ -37,6 +38,12 @@ def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI
         title="topicstore",
         version="0.1.0",
         summary="Topic-matching subscription store: admin and match API.",
+        description=(
+            "Every response carries `X-Request-ID`: the request's own (1 to 128 visible ASCII "
+            "characters; anything else is refused with 400 `invalid_request_id`) or one made "
+            "for it; the audit log (`GET /v1/audit`) records it with every admin change. "
+            "Requests over a tenant's rate get 429 `rate_limited` with `Retry-After`."
+        ),
         lifespan=lifespan,
         # Served by app.docs instead: offline assets, and routes the metrics can label.
         openapi_url=None,
@@ -46,11 +53,17 @@ def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI
     app.state.services = services
     errors.install(app)
     docs.install(app)
+    console.install(app)
     app.include_router(subscriptions.router)
     app.include_router(match.router)
     app.include_router(ops.router)
     app.include_router(analytics.router)
+    app.include_router(audit.router)
+    contract.install(app, settings)
     services.registry.register(ops.ServiceCollector(services))
+    services.registry.register(RateLimitCollector(services.limiter))
+    app.add_middleware(StrictQuery, document=app.openapi)
     app.add_middleware(Metrics, registry=services.registry)
     app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestId)  # outermost: even an edge refusal carries the id
     return app

@@ -3,13 +3,19 @@
 * the query string must be valid UTF-8 once percent-decoded, without NUL: a naive app
   decodes ``%FF`` to U+FFFD and silently matches another topic;
 * the body may not exceed ``max_body_bytes``, whether announced by Content-Length or not.
+
+``RequestId`` gives every request an id (the client's ``X-Request-ID`` or a new one),
+echoed in the response and recorded by the audit log.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Any
-from urllib.parse import unquote_to_bytes
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -17,7 +23,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-async def _refuse(send: Send, status: int, code: str, message: str) -> None:
+async def _refuse(
+    send: Send, status: int, code: str, message: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     body = orjson.dumps({"error": {"code": code, "message": message}})
     await send(
         {
@@ -26,6 +34,7 @@ async def _refuse(send: Send, status: int, code: str, message: str) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *headers,
             ],
         }
     )
@@ -107,6 +116,82 @@ class EdgeChecks:
                 await _refuse(send, 413, "body_too_large", f"the body limit is {limit} bytes")
 
 
+#: (method, path regex) -> the query parameters the operation declares.
+#: (method, path regex, query parameters, those declared as lists) per operation.
+_Declared = list[tuple[str, re.Pattern[str], frozenset[str], frozenset[str]]]
+
+
+def _is_list(schema: dict[str, Any]) -> bool:
+    """A parameter declared as an array (``?subscriber=a&subscriber=b``), also when
+    optional (``anyOf`` with null)."""
+    return schema.get("type") == "array" or any(
+        option.get("type") == "array" for option in schema.get("anyOf", [])
+    )
+
+
+def _declared(document: dict[str, Any]) -> _Declared:
+    """The operations that document a 400 (the API's own; not /healthz, /readyz,
+    /metrics), each with the query parameters it declares."""
+    declared: _Declared = []
+    for path, operations in document["paths"].items():
+        # A path parameter may hold '/' (a subscriber name): match it greedily.
+        regex = re.compile("^" + re.sub(r"\\\{[^}]+\\\}", ".+", re.escape(path)) + "$")
+        for method, operation in operations.items():
+            if "400" in operation.get("responses", {}):
+                query = [p for p in operation.get("parameters", []) if p["in"] == "query"]
+                names = frozenset(p["name"] for p in query)
+                lists = frozenset(p["name"] for p in query if _is_list(p.get("schema", {})))
+                declared.append((method.upper(), regex, names, lists))
+    return declared
+
+
+class StrictQuery:
+    """Refuse a query parameter the operation does not declare (``unknown_parameter``), or
+    one given twice that is not declared as a list (``repeated_parameter``), instead of
+    FastAPI's ignoring it or keeping the last: the OpenAPI document is the contract. Only
+    requests with a query string pay (a path match against the document's templates); the
+    match hot path has none."""
+
+    def __init__(self, app: ASGIApp, document: Callable[[], dict[str, Any]]) -> None:
+        self.app = app
+        self.document = document
+        self._declared: _Declared | None = None
+
+    def _problem(self, scope: Scope) -> tuple[str, str] | None:
+        if self._declared is None:
+            self._declared = _declared(self.document())
+        method, path = scope.get("method", ""), scope.get("path", "")
+        found = next(
+            (
+                (names, lists)
+                for m, regex, names, lists in self._declared
+                if m == method and regex.match(path)
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        allowed, lists = found
+        seen: set[str] = set()
+        query = scope["query_string"].decode("latin-1")
+        for name, _ in parse_qsl(query, keep_blank_values=True):
+            if name not in allowed:
+                takes = ", ".join(sorted(allowed)) or "none"
+                return "unknown_parameter", f"unknown query parameter {name!r}; it takes {takes}"
+            if name in seen and name not in lists:
+                return "repeated_parameter", f"query parameter {name!r} is given more than once"
+            seen.add(name)
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("query_string"):
+            problem = self._problem(scope)
+            if problem is not None:
+                await _refuse(send, 400, *problem)
+                return
+        await self.app(scope, receive, send)
+
+
 class Metrics:
     """Request counts and latency per route template and status, in ``registry``."""
 
@@ -147,3 +232,45 @@ class Metrics:
             method = scope.get("method", "")
             self.requests.labels(method, template, str(status)).inc()
             self.latency.labels(method, template).observe(time.perf_counter() - started)
+
+
+#: An incoming X-Request-ID: 1 to 128 visible ASCII characters (a UUID, a W3C traceparent,
+#: an AWS trace id all fit); anything else is refused rather than logged as given.
+MAX_REQUEST_ID: Final = 128
+_REQUEST_ID: Final = re.compile(rb"[\x21-\x7e]{1,%d}" % MAX_REQUEST_ID)
+REQUEST_ID_HEADER: Final = b"x-request-id"
+
+
+class RequestId:
+    """Names every request: the client's ``X-Request-ID`` when it is within the bound, a
+    new one (32 hex digits) when there is none. The id goes into ``scope["state"]``
+    (``request.state.request_id``) and back in the response's ``X-Request-ID``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = [value for name, value in scope["headers"] if name == REQUEST_ID_HEADER]
+        request_id = uuid.uuid4().hex.encode()
+        echo = [(REQUEST_ID_HEADER, request_id)]
+        if len(given) > 1 or (given and not _REQUEST_ID.fullmatch(given[0])):
+            message = (
+                f"X-Request-ID takes one value of 1 to {MAX_REQUEST_ID} visible ASCII characters"
+            )
+            await _refuse(send, 400, "invalid_request_id", message, echo)
+            return
+        if given:
+            request_id = given[0]
+            echo = [(REQUEST_ID_HEADER, request_id)]
+        # A new dict: the server may share the one it put there between requests.
+        scope["state"] = {**scope.get("state", {}), "request_id": request_id.decode("ascii")}
+
+        async def echoing_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *echo]}
+            await send(message)
+
+        await self.app(scope, receive, echoing_send)

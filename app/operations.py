@@ -1,8 +1,8 @@
 """Every admin operation, implemented once: validation with the configured limits, the
 tenant quota, the store write and the per-item results. The HTTP routes and the command
 line's direct mode both call this class, so they cannot drift apart (they did once: the
-CLI skipped the quota and the configured topic limit). Later cross-cutting concerns (audit,
-rate limits) hook in here.
+CLI skipped the quota and the configured topic limit). Every change also writes its audit
+rows here, in the change's own transaction (``_audit``).
 
 Writes commit to the store first; the loader's after-commit hook applies them to the
 matchers before the call returns (see ``store.Database.write``).
@@ -10,11 +10,13 @@ matchers before the call returns (see ``store.Database.write``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
 from pydantic import JsonValue, ValidationError
+from sqlalchemy.orm import Session
 
 from app.auth import Caller
 from app.refusals import (
@@ -26,6 +28,8 @@ from app.refusals import (
     ServiceError,
 )
 from app.schemas import (
+    AuditOut,
+    AuditPage,
     BulkItem,
     BulkOut,
     Counts,
@@ -37,19 +41,43 @@ from app.schemas import (
 )
 from app.settings import Settings
 from matcher import MatcherError
-from store import Database, NewSubscription, StoreError, SubscriptionRepository, validate
+from store import (
+    AuditEntry,
+    AuditRepository,
+    Database,
+    NewSubscription,
+    StoreError,
+    SubscriptionRepository,
+    validate,
+)
 from store.export import export_parquet
+from store.groups import GroupPolicies, check_same_group
 
 _NEW_FIELDS: Final = tuple(NewSubscription.__dataclass_fields__)
+#: How often a writer purges audit rows past their retention (a range delete on an index).
+AUDIT_PURGE_EVERY: Final = timedelta(hours=1)
+#: The instants an audit query may name (timestamps outside fit no row and overflow some
+#: drivers).
+EARLIEST: Final = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST: Final = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 class AdminOperations:
-    """Admin operations on ``db`` under ``settings``' limits, on behalf of a ``Caller``."""
+    """Admin operations on ``db`` under ``settings``' limits, on behalf of a ``Caller``.
+    ``clock`` stamps audit rows and schedules their purge (tests pass their own)."""
 
-    def __init__(self, db: Database, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, settings: Settings, *, clock: Callable[[], datetime] = utc_now
+    ) -> None:
         self.db = db
         self.settings = settings
         self._limits = settings.limits()
+        self._clock = clock
+        self._next_purge: datetime | None = None
 
     # -- writes -------------------------------------------------------------------------
 
@@ -60,7 +88,12 @@ class AdminOperations:
         with self.db.write() as session:
             repo = SubscriptionRepository(session)
             self._check_quota(repo, {new.tenant: 1})
+            new = _with_policies(repo, [new]).resolve(new)
             row, created = repo.add(new)
+            if created:
+                self._audit(session, caller, "create", {new.tenant: [row.id]})
+            else:
+                check_same_group(new, row.group)  # raising rolls the write back: none made
         return SubscriptionOut.of(row), created
 
     def create_many(self, items: Sequence[JsonValue], caller: Caller) -> BulkOut:
@@ -86,9 +119,25 @@ class AdminOperations:
             with self.db.write() as session:
                 repo = SubscriptionRepository(session)
                 self._check_quota(repo, adding)
+                valid, refused = _resolve_groups(repo, valid)
                 stored = repo.add_many([new for _, new in valid])
-            for (index, _), (sub_id, created) in zip(valid, stored, strict=True):
+                created_ids: dict[str, list[int]] = {}
+                for (_, new), (sub_id, created) in zip(valid, stored, strict=True):
+                    if created:
+                        created_ids.setdefault(new.tenant, []).append(sub_id)
+                self._audit(session, caller, "bulk_create", created_ids)
+                exists = [sub_id for sub_id, created in stored if not created]
+                groups = repo.groups_of(exists) if any(n.group for _, n in valid) else {}
+            results.extend(refused)
+            for (index, new), (sub_id, created) in zip(valid, stored, strict=True):
                 status = "created" if created else "exists"
+                try:
+                    if not created:
+                        check_same_group(new, groups.get(sub_id))
+                except StoreError as e:
+                    error = ErrorBody(code=e.code, message=e.message)
+                    results.append(BulkItem(index=index, status="error", error=error))
+                    continue
                 results.append(BulkItem(index=index, status=status, id=sub_id))
         results.sort(key=lambda r: r.index)
         return BulkOut(
@@ -102,16 +151,18 @@ class AdminOperations:
         """Delete one subscription (of the caller's tenant, unless the operator asks);
         ``NotFoundError`` when there is none."""
         with self.db.write() as session:
-            removed = SubscriptionRepository(session).remove(sub_id, tenant=caller.tenant)
-        if not removed:
-            raise NotFoundError(f"no subscription {sub_id}")
+            repo = SubscriptionRepository(session)
+            row = repo.get(sub_id, tenant=caller.tenant)
+            if row is None or not repo.remove(sub_id, tenant=caller.tenant):
+                raise NotFoundError(f"no subscription {sub_id}")
+            self._audit(session, caller, "delete", {row.tenant: [sub_id]})
 
     def remove_subscriber(self, subscriber: str, caller: Caller, tenant: str | None) -> Deleted:
         """Delete every subscription of one subscriber of the tenant."""
+        tenant = caller.tenant_for(tenant)
         with self.db.write() as session:
-            ids = SubscriptionRepository(session).remove_subscriber(
-                caller.tenant_for(tenant), subscriber
-            )
+            ids = SubscriptionRepository(session).remove_subscriber(tenant, subscriber)
+            self._audit(session, caller, "delete_subscriber", {tenant: ids})
         return Deleted(deleted=ids)
 
     # -- reads --------------------------------------------------------------------------
@@ -133,9 +184,12 @@ class AdminOperations:
         dialect: str | None = None,
         after: int | None = None,
         limit: int = 100,
+        ids: Sequence[int] | None = None,
+        group: str | None = None,
+        label: tuple[str, str] | None = None,
     ) -> Page:
         """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back
-        as ``after``)."""
+        as ``after``); ``ids``: only those (what a routing-table search found)."""
         with self.db.read() as session:
             rows = SubscriptionRepository(session).page(
                 tenant=caller.tenant_for(tenant),
@@ -144,6 +198,9 @@ class AdminOperations:
                 dialect=dialect,
                 after_id=after,
                 limit=limit,
+                ids=ids,
+                group=group,
+                label=label,
             )
         next_after = rows[-1].id if len(rows) == limit else None
         return Page(items=[SubscriptionOut.of(row) for row in rows], next_after=next_after)
@@ -157,6 +214,64 @@ class AdminOperations:
     def export(self, path: Path, caller: Caller, tenant: str | None = None) -> int:
         """Write the tenant's subscriptions to Parquet at ``path``; returns the row count."""
         return export_parquet(self.db, path, tenant=caller.tenant_for(tenant))
+
+    def audit_page(
+        self,
+        caller: Caller,
+        *,
+        tenant: str | None = None,
+        action: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: int | None = None,
+        limit: int = 100,
+    ) -> AuditPage:
+        """A page of the audit log in id order (keyset pagination, like ``page``). The
+        operator sees every tenant's rows (or ``tenant``'s); a tenant only its own."""
+        scope = tenant if caller.tenant is None else caller.tenant_for(tenant)
+        with self.db.read() as session:
+            rows = AuditRepository(session).page(
+                tenant=scope,
+                action=action,
+                since=_instant(since, "from"),
+                until=_instant(until, "to"),
+                after_id=after,
+                limit=limit,
+            )
+        next_after = rows[-1].id if len(rows) == limit else None
+        return AuditPage(items=[AuditOut.of(row) for row in rows], next_after=next_after)
+
+    # -- audit --------------------------------------------------------------------------
+
+    def _audit(
+        self, session: Session, caller: Caller, action: str, ids: dict[str, list[int]]
+    ) -> None:
+        """One audit row per tenant whose subscriptions ``action`` changed (none when it
+        changed nothing), in the change's transaction; now and then, purge the rows past
+        their retention in the same transaction (writers are serialized, so one at a time
+        reads and moves ``_next_purge``)."""
+        now = self._clock()
+        repo = AuditRepository(session)
+        repo.add(
+            [
+                AuditEntry(
+                    created_at=now,
+                    tenant=tenant,
+                    action=action,
+                    ids=tuple(sorted(changed)),
+                    caller_tenant=caller.tenant,
+                    caller_name=caller.name,
+                    request_id=caller.origin.request_id,
+                    address=caller.origin.address,
+                )
+                for tenant, changed in sorted(ids.items())
+                if changed
+            ]
+        )
+        days = self.settings.audit_retention_days
+        if days and (self._next_purge is None or now >= self._next_purge):
+            repo.purge(now - timedelta(days=days))
+            self._next_purge = now + AUDIT_PURGE_EVERY
 
     # -- rules --------------------------------------------------------------------------
 
@@ -188,11 +303,50 @@ class AdminOperations:
                 )
 
 
+def _with_policies(repo: SubscriptionRepository, items: Sequence[NewSubscription]) -> GroupPolicies:
+    """The rule of ``store.groups``, primed with the stored policies of the items' groups."""
+    keys = {(new.tenant, new.group) for new in items if new.group is not None}
+    return GroupPolicies(repo.group_policies(keys) if keys else None)
+
+
+def _resolve_groups(
+    repo: SubscriptionRepository, valid: list[tuple[int, NewSubscription]]
+) -> tuple[list[tuple[int, NewSubscription]], list[BulkItem]]:
+    """Each item with its group's policy, or its own ``group_policy_conflict`` error."""
+    if not any(new.group is not None for _, new in valid):
+        return valid, []
+    policies = _with_policies(repo, [new for _, new in valid])
+    resolved: list[tuple[int, NewSubscription]] = []
+    refused: list[BulkItem] = []
+    for index, new in valid:
+        try:
+            resolved.append((index, policies.resolve(new)))
+        except StoreError as e:
+            error = ErrorBody(code=e.code, message=e.message)
+            refused.append(BulkItem(index=index, status="error", error=error))
+    return resolved, refused
+
+
 #: Fields each kind ignores: given anyway, they are refused (a headers subscription with a
 #: pattern or an MQTT dialect once returned an existing headers row, silently).
 _NOT_APPLICABLE: Final = {"headers": ("pattern", "dialect"), "topic": ("criteria", "mode")}
 #: Schema problems that have a rule of their own (the store's code for the same rule).
 _SCHEMA_CODES: Final = {"finite_number": "invalid_number"}
+
+
+def _instant(value: datetime | None, name: str) -> datetime | None:
+    """``value`` in UTC (a time without an offset is taken as UTC), or the refusal naming
+    the bound it breaks."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    if not EARLIEST <= value < LATEST:
+        raise InvalidRequestError(
+            f"{name} must lie between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}",
+            code="time_out_of_range",
+        )
+    return value.astimezone(UTC)
 
 
 def parse_item(item: JsonValue) -> SubscriptionIn:

@@ -71,6 +71,13 @@ class BatchTooLargeError(ServiceError):
     code = "batch_too_large"
 
 
+class BatchAnswerTooLargeError(ServiceError):
+    """A batch whose answer would hold more matches than ``max_batch_matches``."""
+
+    status = 413
+    code = "batch_answer_too_large"
+
+
 class NotReadyError(ServiceError):
     status = 503
     code = "not_ready"
@@ -82,3 +89,20 @@ class RemoteError(ServiceError):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message, code=code)
         self.remote_status = status
+
+
+class RateLimitedError(ServiceError):
+    """Over a tenant's rate; ``retry_after`` (seconds) becomes the Retry-After header."""
+
+    status = 429
+    code = "rate_limited"
+
+
+class InvalidDialectError(ServiceError):
+    code = "invalid_dialect"
+
+
+class TooManyPatternsError(ServiceError):
+    """A redundancy check over more patterns than its documented bound."""
+
+    code = "too_many_patterns"

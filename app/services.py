@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from app.operations import AdminOperations
+from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
 from app.settings import Settings
 from loader import Loader, RoutingTable
@@ -25,6 +26,7 @@ class Services:
     db: Database
     loader: Loader
     admin: AdminOperations
+    limiter: RateLimiter
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
 
@@ -41,7 +43,8 @@ class Services:
             poll_interval=settings.poll_interval,
             reconcile_interval=settings.reconcile_interval,
         )
-        return cls(settings, db, loader, AdminOperations(db, settings))
+        limiter = RateLimiter(settings.rates(), limit_operator=settings.rate_limit_operator)
+        return cls(settings, db, loader, AdminOperations(db, settings), limiter)
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at

@@ -2,17 +2,81 @@
 
 The banner (URL, docs, the development token) used to be printed before the app was built,
 so a second ``make run`` on a DuckDB file the first one holds printed it and then failed.
-Now it is printed after uvicorn has run the app's startup and bound its socket."""
+Now it is printed after uvicorn has run the app's startup and bound its socket.
+
+Connections: every connection goes through ``app.connections.GuardedHttpProtocol`` (a
+deadline for the request's headers and body, a connection cap that sheds the slowest
+instead of refusing newcomers, the parser's 400s in the envelope). The process first raises
+its soft file-descriptor limit to the hard one, and the cap stays ``FD_RESERVE`` below it,
+so ``accept()`` never meets EMFILE (which stopped the listening socket, health probes too).
+
+``--workers N``: N processes share the listening socket, each with its own app, loader
+and change listener (PostgreSQL only: a DuckDB file has one owning process)."""
 
 from __future__ import annotations
 
+import logging
+import os
+import resource
 import socket
+from typing import Final
 
 import typer
 import uvicorn
+from fastapi import FastAPI
+from uvicorn.supervisors import Multiprocess
 
+from app.connections import GuardedHttpProtocol, configure
 from app.main import create_app
 from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Descriptors kept free for everything but client connections: the store's pool and
+#: listener, the DuckDB file, logs, the event loop's own.
+FD_RESERVE: Final = 256
+#: Connections the kernel queues before ``accept()`` (capped by net.core.somaxconn).
+BACKLOG: Final = 4096
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            log.warning("could not raise the file-descriptor limit to %s: %s", target, e)
+    return soft
+
+
+def connection_cap(wanted: int, fd_limit: int) -> int:
+    """``wanted`` connections, or as many as ``fd_limit`` leaves after ``FD_RESERVE``."""
+    return max(1, min(wanted, fd_limit - FD_RESERVE))
+
+
+def _guard_connections(settings: Settings) -> int:
+    fd_limit = raise_fd_limit()
+    cap = connection_cap(settings.max_connections, fd_limit)
+    if cap < settings.max_connections:
+        log.warning(
+            "TOPICSTORE_MAX_CONNECTIONS=%d lowered to %d: the file-descriptor limit is %d",
+            settings.max_connections,
+            cap,
+            fd_limit,
+        )
+    configure(settings.request_timeout, cap)
+    return cap
+
+
+def worker_app() -> FastAPI:
+    """The app of one worker of ``--workers N`` (uvicorn calls it in each process; the
+    settings come from the environment the parent set)."""
+    settings = Settings()
+    _guard_connections(settings)
+    return create_app(settings)
 
 
 class _AnnouncingServer(uvicorn.Server):
@@ -27,10 +91,23 @@ class _AnnouncingServer(uvicorn.Server):
                 typer.secho(line, fg="yellow" if loud else None, bold=loud)
 
 
+def _config(settings: Settings, app: FastAPI | str) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=settings.access_log,
+        http=GuardedHttpProtocol,
+        backlog=BACKLOG,
+        workers=settings.workers,
+        factory=isinstance(app, str),
+    )
+
+
 def serve(settings: Settings, *, announce_token: bool) -> None:
     """Build the app for ``settings`` (opening and migrating the store: a failure there
     raises before anything is announced) and serve it until stopped."""
-    app = create_app(settings)
     url = f"http://{settings.host}:{settings.port}"
     banner = [
         (f"topicstore on {settings.database_url}", False),
@@ -39,11 +116,34 @@ def serve(settings: Settings, *, announce_token: bool) -> None:
     ]
     if announce_token:
         banner.append((f"  DEVELOPMENT MODE — admin token: {settings.admin_token}", True))
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level="info",
-        access_log=settings.access_log,
-    )
-    _AnnouncingServer(config, banner).run()
+    if settings.workers > 1:
+        _serve_workers(settings, banner)
+        return
+    _guard_connections(settings)
+    app = create_app(settings)
+    _AnnouncingServer(_config(settings, app), banner).run()
+
+
+def _serve_workers(settings: Settings, banner: list[tuple[str, bool]]) -> None:
+    """``settings.workers`` processes on one socket. The store is migrated here, once,
+    before they start (N workers migrating an empty database at once would race)."""
+    from migrations.runner import upgrade
+    from store import Database
+
+    db = Database(settings.database_url)
+    try:
+        upgrade(db.url)
+    finally:
+        db.dispose()
+    raise_fd_limit()  # inherited by the workers
+    # The workers read their settings from the environment: pass on what the command
+    # line decided (the development token included).
+    os.environ["TOPICSTORE_ADMIN_TOKEN"] = settings.admin_token or ""
+    os.environ["TOPICSTORE_DEV"] = str(settings.dev).lower()
+    os.environ["TOPICSTORE_WORKERS"] = "1"  # a worker is one process
+    config = _config(settings, "app.serving:worker_app")
+    sock = config.bind_socket()
+    for line, loud in banner:
+        typer.secho(line, fg="yellow" if loud else None, bold=loud)
+    typer.echo(f"  workers: {settings.workers}")
+    Multiprocess(config, sockets=[sock]).run()

@@ -6,9 +6,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.ratelimit import ADMIN, BATCH_TOPICS, MATCH, Rate
 from loader import DEFAULT_ENGINES
 from matcher import Limits
 from store import DEFAULT_DATABASE_URL
@@ -34,11 +35,33 @@ class Settings(BaseSettings):
     poll_interval: float = Field(
         1.0, gt=0, description="Seconds between change-log polls (PostgreSQL safety net)."
     )
+    ready_max_lag_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="/readyz stays 200 while the oldest change not yet applied is at most "
+        "this old and the change listener beat this recently; more than twice "
+        "POLL_INTERVAL.",
+    )
     reconcile_interval: float | None = Field(
         300.0, gt=0, description="Seconds between drift checks against the store (None = off)."
     )
 
     host: str = Field("127.0.0.1", description="Address `topicstore serve` binds.")
+    workers: int = Field(
+        1, ge=1, le=64, description="Processes serving (PostgreSQL only when more than 1)."
+    )
+    request_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Seconds a request's headers and body may take to arrive (408 after).",
+    )
+    max_connections: int = Field(
+        10_000,
+        ge=16,
+        description="Open connections per worker (at most the file-descriptor limit - 256); "
+        "over it the one that waited longest for its request is closed.",
+    )
     port: int = Field(8080, ge=1, le=65535)
     admin_token: str | None = Field(
         None, min_length=16, description="Bearer token of the operator: any tenant."
@@ -66,13 +89,56 @@ class Settings(BaseSettings):
     match_auth: bool = Field(True, description="Whether match endpoints need a token too.")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
     max_batch: int = Field(10_000, ge=1, description="Most topics or items in one batch.")
+    max_batch_matches: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most matches (ids) one /v1/match/batch answer may hold (about 10-20 MB "
+        "of JSON); a batch past it is refused with 413 batch_answer_too_large.",
+    )
     tenant_quota: int = Field(1_000_000, ge=1, description="Most subscriptions per tenant.")
     max_topic_bytes: int = Field(255, ge=1, description="Topic and pattern limit (bytes).")
+
+    rate_admin: float = Field(
+        50.0, ge=0, description="Admin requests per second per tenant (0 = unlimited)."
+    )
+    rate_admin_burst: int = Field(100, ge=1, description="Admin requests at once per tenant.")
+    rate_match: float = Field(
+        10_000.0, ge=0, description="Match requests per second per tenant (0 = unlimited)."
+    )
+    rate_match_burst: int = Field(20_000, ge=1, description="Match requests at once per tenant.")
+    rate_batch_topics: float = Field(
+        200_000.0, ge=0, description="Topics of batch matches per second per tenant (0 = off)."
+    )
+    rate_batch_topics_burst: int = Field(
+        400_000, ge=1, description="Topics of batch matches at once per tenant."
+    )
+    rate_limit_operator: bool = Field(
+        False, description="Apply the rates to the admin token too (unlimited otherwise)."
+    )
+    audit_retention_days: int = Field(
+        90, ge=0, le=36_500, description="Days the audit log keeps a row (0 = forever)."
+    )
+
+    @model_validator(mode="after")
+    def _bound_above_the_poll(self) -> Settings:
+        # The listener beats at least every poll interval: a tighter bound would flap.
+        if self.ready_max_lag_seconds <= 2 * self.poll_interval:
+            raise ValueError("ready_max_lag_seconds must be more than twice poll_interval")
+        return self
 
     def limits(self) -> Limits:
         """The matchers' input bounds, as configured: the one place settings become
         ``Limits`` (the API, the loader and the command line's direct mode all use it)."""
         return Limits(max_topic_bytes=self.max_topic_bytes, max_pattern_bytes=self.max_topic_bytes)
+
+    def rates(self) -> dict[str, Rate | None]:
+        """The rate limiter's buckets per kind, as configured (a rate of 0 is no limit)."""
+        pairs = {
+            ADMIN: (self.rate_admin, self.rate_admin_burst),
+            MATCH: (self.rate_match, self.rate_match_burst),
+            BATCH_TOPICS: (self.rate_batch_topics, self.rate_batch_topics_burst),
+        }
+        return {kind: Rate(rate, burst) if rate else None for kind, (rate, burst) in pairs.items()}
 
 
 @lru_cache

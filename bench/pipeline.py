@@ -122,6 +122,8 @@ def _write_workload(directory: Path, workload: Workload, sample: int) -> tuple[P
             "criteria": pa.nulls(count, pa.string()),
             "mode": pa.nulls(count, pa.string()),
             "labels": pa.nulls(count, pa.string()),
+            "group": pa.nulls(count, pa.string()),
+            "group_policy": pa.nulls(count, pa.string()),
             "created_at": pa.array([start] * count, pa.timestamp("us", tz="UTC")),
         },
         schema=EXPORT_SCHEMA,

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,15 +124,18 @@ class Server:
 
 
 def start_server(
-    directory: Path, settings: Mapping[str, str], startup_timeout_s: float = STARTUP_TIMEOUT_S
+    directory: Path,
+    settings: Mapping[str, str],
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    args: Sequence[str] = (),
 ) -> Server:
     """Start ``topicstore serve`` in ``directory`` with ``settings`` (``TOPICSTORE_*``
-    without the prefix) on a free port, and wait until it answers /healthz."""
+    without the prefix) and ``args`` on a free port, and wait until it answers /healthz."""
     port = free_port()
     log = directory / f"server-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [*topicstore_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [*topicstore_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
             env=service_environment(settings),
             cwd=directory,
             stdout=out,
@@ -149,10 +152,13 @@ def start_server(
 
 @contextmanager
 def running_server(
-    directory: Path, settings: Mapping[str, str], startup_timeout_s: float = STARTUP_TIMEOUT_S
+    directory: Path,
+    settings: Mapping[str, str],
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    args: Sequence[str] = (),
 ) -> Iterator[Server]:
     """``start_server``, stopped on exit whatever happened."""
-    server = start_server(directory, settings, startup_timeout_s)
+    server = start_server(directory, settings, startup_timeout_s, args)
     try:
         yield server
     finally:

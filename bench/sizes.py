@@ -61,8 +61,14 @@ class Sizes:
     api_seconds: float
     api_batch_topics: int
     api_rounds: int
+    # slow_clients: connections that never finish a request, and the request deadline
+    slow_clients: int
+    slow_timeout_s: float
     # store_load, propagation: PostgreSQL (skipped with a note when it is not reachable)
     store_sizes: tuple[int, ...]
+    import_sizes: tuple[int, ...]
+    # startup: a real service on a store already holding this many subscriptions
+    startup_subscriptions: int
     propagation_changes: int
     # pipeline: Spark local[2] end to end, and the naive cross join on a sample
     pipeline_messages: int
@@ -108,6 +114,8 @@ FULL: Final = Sizes(
     load_sizes=(10_000, 100_000),
     snapshot_calls=100_000,
     store_sizes=(1_000_000,),
+    import_sizes=(1_000_000,),
+    startup_subscriptions=1_000_000,
     propagation_changes=200,
     pipeline_messages=1_000_000,
     pipeline_subscriptions=10_000,
@@ -116,6 +124,8 @@ FULL: Final = Sizes(
     api_seconds=5.0,
     api_batch_topics=1_000,
     api_rounds=3,
+    slow_clients=20_000,
+    slow_timeout_s=10.0,
 )
 QUICK: Final = Sizes(
     patterns=1_000,
@@ -154,6 +164,8 @@ QUICK: Final = Sizes(
     load_sizes=(1_000, 5_000),
     snapshot_calls=1_000,
     store_sizes=(2_000,),
+    import_sizes=(2_000,),
+    startup_subscriptions=5_000,
     propagation_changes=10,
     pipeline_messages=2_000,
     pipeline_subscriptions=100,
@@ -162,4 +174,6 @@ QUICK: Final = Sizes(
     api_seconds=1.0,
     api_batch_topics=100,
     api_rounds=1,
+    slow_clients=300,
+    slow_timeout_s=2.0,
 )

@@ -14,8 +14,10 @@ from typing import Final, TypeAlias
 
 from bench.adversarial import run_adversarial
 from bench.api_load import run_api_load
+from bench.batch_fanout import run_batch_fanout
 from bench.concurrency import run_concurrency
 from bench.cs_trie_load import run_cs_trie_load
+from bench.import_load import run_import_load
 from bench.latency import run_read_latency
 from bench.memory import run_memory
 from bench.micro import MicroInputs, run_micro
@@ -23,6 +25,8 @@ from bench.propagation import run_propagation
 from bench.report import Table
 from bench.scaled import run_scaled
 from bench.sizes import Sizes
+from bench.slow_clients import run_slow_clients
+from bench.startup import run_startup
 from bench.store_load import run_store_load
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.throughput import run_throughput
@@ -133,9 +137,29 @@ def _api_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     )
 
 
+def _batch_fanout(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's answering engine
+    yield run_batch_fanout(sizes.api_subscriptions, sizes.api_rounds + 2, sizes.seed)
+
+
+def _slow_clients(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's default engines
+    yield from run_slow_clients(sizes.slow_clients, sizes.slow_timeout_s)
+
+
 def _store_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the service's default engines: what a replica builds at startup
     yield run_store_load(sizes.store_sizes, sizes.seed)
+
+
+def _import_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the store's write path: no engine involved
+    yield run_import_load(sizes.import_sizes, sizes.seed)
+
+
+def _startup(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's defaults, as an operator starts it
+    yield run_startup(sizes.startup_subscriptions, sizes.seed)
 
 
 def _propagation(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
@@ -185,8 +209,23 @@ TABLES: Final[dict[str, BenchTable]] = {
         "the HTTP API under load: /healthz, /v1/match, /v1/match/batch (a real server)",
         _api_load,
     ),
+    "batch_fanout": BenchTable(
+        "topics/s of the batch answer (match, names, JSON) at 1-131 matches per topic",
+        _batch_fanout,
+    ),
+    "slow_clients": BenchTable(
+        "/healthz and /v1/match while 20,000 connections hang mid-request (a real server)",
+        _slow_clients,
+    ),
     "store_load": BenchTable(
         "PostgreSQL bulk insert, then the startup build of the routing table", _store_load
+    ),
+    "import_load": BenchTable(
+        "topicstore sub import of one CSV: embedded DuckDB against PostgreSQL", _import_load
+    ),
+    "startup": BenchTable(
+        "a service on 1M stored subscriptions: seconds to ready, RSS, p99 while reconciling",
+        _startup,
     ),
     "propagation": BenchTable(
         "ms from a commit on one replica to a match on another (LISTEN/NOTIFY)", _propagation

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from loader.catalog import Entry
 from loader.loader import Loader
-from loader.table import DEFAULT_ENGINES, Entry, RoutingTable, Snapshot
+from loader.table import DEFAULT_ENGINES, RoutingTable, Snapshot
 
 __all__ = ["DEFAULT_ENGINES", "Entry", "Loader", "RoutingTable", "Snapshot"]

@@ -8,20 +8,27 @@
   service answers its own writes at once. On PostgreSQL a listener thread LISTENs on
   ``topicstore_changes`` (payload: the newest seq) for other replicas' writes and catches up;
   on every (re)connect it LISTENs first, then catches up, so nothing falls in between.
-* Reconciliation: periodically a new table is built off to the side and compared with the
-  live one; on drift it is swapped in with one reference assignment.
+* Reconciliation: periodically the store's per-range counts and checksums (rows, sum of
+  ids, summed text lengths per ``RANGE`` ids) are compared with the catalog's at the same
+  seq, and the engines' sizes with the catalog's; only ranges or (tenant, dialect) groups
+  that differ are read and repaired in place. Matching never waits for it: the comparison
+  reads a snapshot, and a repair is an ordinary ``apply``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import logging
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from typing import Final
 
 import psycopg
+import pyarrow as pa
 import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
@@ -35,6 +42,10 @@ from store.repository import SubscriptionRepository
 log = logging.getLogger(__name__)
 
 PAGE: Final = 10_000
+#: Ids per range the reconciler checksums (a differing range is read whole).
+RANGE: Final = 65_536
+#: Attempts to find the store and the table at the same seq before a check gives up.
+RECONCILE_TRIES: Final = 5
 #: Changes applied incrementally before the heap is settled again (at least).
 SETTLE_EVERY: Final = 50_000
 
@@ -66,6 +77,8 @@ class Loader:
         self.rebuild_seconds = 0.0
         self.listener_connects = 0
         self.listener_pid: int | None = None
+        #: ``time.monotonic()`` of the listener's last completed catch-up (readiness).
+        self.listener_beat: float | None = None
         self._unsettled = 0
         self._catch_up_lock = threading.Lock()
         self._stop = threading.Event()
@@ -86,6 +99,7 @@ class Loader:
         self.rebuild()
         if self.reconcile_interval:
             self._spawn(self._reconcile_loop, "topicstore-reconcile")
+        self.listener_beat = time.monotonic()  # listening, and caught up just now
         self.ready.set()
 
     def stop(self) -> None:
@@ -109,7 +123,10 @@ class Loader:
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             repo = SubscriptionRepository(session)
             seq = repo.last_seq()  # same snapshot as the rows below
-            table.load(repo.stream_all(PAGE), seq)
+            columns = repo.columns()
+            members = repo.members()
+        table.load_columns(columns, seq, members)
+        del columns
         self._catch_up_table(table)
         return table
 
@@ -175,6 +192,7 @@ class Loader:
                     while not self._stop.is_set():
                         if self.ready.is_set():
                             self.catch_up()
+                            self.listener_beat = time.monotonic()
                         for _ in conn.notifies(timeout=self.poll_interval, stop_after=1):
                             pass
             except (psycopg.Error, sa.exc.SQLAlchemyError) as e:
@@ -185,19 +203,37 @@ class Loader:
     # -- reconciliation -----------------------------------------------------------------
 
     def reconcile(self) -> bool:
-        """Rebuild off to the side; swap it in if the live table drifted. True on drift."""
-        fresh = self.build()
-        with self._catch_up_lock:
-            self._catch_up_table(fresh)
-            live = self.table
-            self._catch_up_table(live)
-            drifted = live.snapshot().entries != fresh.snapshot().entries or not live.consistent()
-            if drifted:
-                log.warning("routing table drifted from the store; swapping in a rebuilt one")
-                self.table = fresh
-        if drifted:
-            _settle_heap()
-        return drifted
+        """Compare the live table with the store cheaply and repair what differs; True if
+        anything was repaired. See the module docstring."""
+        for _ in range(RECONCILE_TRIES):
+            with self.db.sessions() as session:
+                if self.db.is_postgres:
+                    session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+                repo = SubscriptionRepository(session)
+                seq = repo.last_seq()  # fixes this transaction's snapshot
+                self.catch_up()
+                table = self.table
+                view = table.snapshot()
+                if view.seq != seq:
+                    continue  # a write landed in between: try again
+                theirs = repo.range_stats(RANGE)
+                ours = view.entries.range_stats(RANGE)
+                ranges = sorted(
+                    k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k)
+                )
+                stored = [row for k in ranges for row in repo.between(k * RANGE, (k + 1) * RANGE)]
+                members = repo.members()  # shared subscriptions: few rows, compared whole
+            with self._catch_up_lock:
+                if table is not self.table or table.seq != seq:
+                    continue
+                repaired = table.repair(stored, ranges, RANGE)
+                repaired += table.repair_groups()
+                repaired += table.repair_members(members)
+            if repaired:
+                log.warning("routing table drifted from the store: %d repairs", repaired)
+            return bool(repaired)
+        log.warning("reconciliation found no quiet moment in %d tries; will retry", RECONCILE_TRIES)
+        return False
 
     def _reconcile_loop(self) -> None:
         assert self.reconcile_interval
@@ -211,7 +247,24 @@ class Loader:
 def _settle_heap() -> None:
     """Collect what the old table left, then freeze the heap (``gc.freeze``): a routing table
     is millions of long-lived objects, and without this every later collection rescans all
-    of them (it made one-at-a-time writes several times slower at 100k subscriptions)."""
+    of them (it made one-at-a-time writes several times slower at 100k subscriptions).
+    Then hand freed memory back to the system: the startup read's buffers (Arrow's pool,
+    the C heap's free pages) would otherwise stay in the resident set for good."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc() -> ctypes.CDLL | None:
+    """glibc, for ``malloc_trim``; None elsewhere (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    if sys.platform != "linux" or name is None:
+        return None
+    libc = ctypes.CDLL(name)
+    return libc if hasattr(libc, "malloc_trim") else None
+
+
+_LIBC: Final = _libc()

@@ -2,37 +2,50 @@
 
 Tenants are isolated by construction: each (tenant, dialect) has its own topic matchers and
 each tenant its own headers matcher, so a match can only ever see its own tenant's ids.
-The catalog (id -> subscription facts) is a persistent map published together with the
-sequence number it reflects, so ``snapshot()`` is O(1) and always consistent.
+The catalog (id -> subscription facts, ``loader.catalog``: compact columns plus a small
+persistent delta) is published together with the sequence number it reflects, so
+``snapshot()`` is O(1) and always consistent. Matches name their subscribers from a plain
+list indexed by id (``_by_id``), the cheapest lookup Python has: no map walk per id.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Any, Final
 
-from immutables import Map
+import numpy as np
+import pyarrow as pa
 
+from loader.catalog import Catalog, Entry, Names
+from loader.groups import Delivery, GroupIndex
 from loader.shadow import ShadowCheck
-from matcher import EMPTY, HeadersMatcher, Limits, Matcher, MatchResult, create_matcher
-from store.records import HEADERS_DIALECT, Change
+from matcher import (
+    EMPTY,
+    HeadersMatcher,
+    Limits,
+    Matcher,
+    MatcherError,
+    MatchResult,
+    create_matcher,
+)
+from matcher.overlap import Found, Relation, search
+from store.records import HEADERS_DIALECT, Change, headers_from_pattern
 
 #: The compiled walk answers; ``optimized_inverted_bitmap``, an independent algorithm, is
 #: kept current beside it and checks a sample of its answers (``loader.shadow``).
 DEFAULT_ENGINES: Final = ("native", "optimized_inverted_bitmap")
-
-
-class Entry(NamedTuple):
-    """What the catalog keeps per subscription."""
-
-    tenant: str
-    subscriber: str
-    dialect: str
-    pattern: str
+#: A (tenant, dialect) holding more subscriptions than this keeps only the answering engine:
+#: the others exist only for the shadow check, and at a million subscriptions they would
+#: double the table's memory and build time (see README, "The service at 1M").
+SHADOW_MAX: Final = 100_000
+#: Subscriber names are kept in a list indexed by id while ids stay below this many per
+#: subscription (ids come from a sequence, so they are dense); sparser ids go to a dict.
+DENSE_FACTOR: Final = 4
+DENSE_SLACK: Final = 1 << 16
+#: The columns ``load_columns`` reads.
+COLUMNS: Final = ("id", "tenant", "subscriber", "dialect", "pattern")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +53,14 @@ class Snapshot:
     """Every subscription as of change ``seq``; later changes never alter it."""
 
     seq: int
-    entries: Map[int, Entry]
+    entries: Catalog
 
 
 class RoutingTable:
     """Matchers for every (tenant, dialect), kept current by one applier thread at a time.
 
-    ``engines`` are all built and kept current; the first answers matches, and with a
+    ``engines`` are all built and kept current (up to ``shadow_max`` subscriptions per
+    (tenant, dialect) for all but the first); the first answers matches, and with a
     ``shadow`` check the others answer a sample of matches too (see ``loader.shadow``).
     """
 
@@ -56,18 +70,26 @@ class RoutingTable:
         limits: Limits | None = None,
         cache_size: int = 0,
         shadow: ShadowCheck | None = None,
+        shadow_max: int = SHADOW_MAX,
     ) -> None:
         if not engines:
             raise ValueError("at least one engine is needed")
         self.engines = tuple(engines)
         self._primary = self.engines[0]
         self.shadow = shadow if len(self.engines) > 1 else None
+        self.shadow_max = shadow_max
         self.limits = limits
         self.cache_size = cache_size
         self._topic: dict[tuple[str, str], dict[str, Matcher]] = {}
         self._headers: dict[str, HeadersMatcher] = {}
-        self._catalog = Snapshot(0, Map())
+        self._names = Names()
+        self._catalog = Snapshot(0, Catalog.empty(self._names))
+        # Live subscriber name per id: set before the matchers learn of an id, cleared
+        # after they forget it (the catalog's snapshot is the consistent view).
+        self._by_id: list[str | None] = []
+        self._far: dict[int, str] = {}
         self._apply_lock = threading.Lock()
+        self.groups = GroupIndex()  # shared subscriptions (loader.groups)
 
     @property
     def seq(self) -> int:
@@ -89,10 +111,20 @@ class RoutingTable:
         if matchers is None:
             _validator(dialect, self.limits).match(topic)
             return EMPTY
-        primary = self._primary
         shadow = self.shadow
-        if shadow is None or not shadow.due():
-            return matchers[primary].match(topic)
+        if shadow is None or len(matchers) == 1 or not shadow.due():
+            return matchers[self._primary].match(topic)
+        return self._shadow_match(matchers, shadow, tenant, dialect, topic)
+
+    def _shadow_match(
+        self,
+        matchers: dict[str, Matcher],
+        shadow: ShadowCheck,
+        tenant: str,
+        dialect: str,
+        topic: str,
+    ) -> MatchResult:
+        primary = self._primary
         seq, writing = self._catalog.seq, self._apply_lock.locked()
         answer = matchers[primary].match(topic)
         others = {name: m for name, m in matchers.items() if name != primary}
@@ -101,6 +133,57 @@ class RoutingTable:
             shadow.record(wrong, topic, f"tenant {tenant!r}, {dialect}")
         return answer
 
+    def match_many(self, tenant: str, dialect: str, topics: Iterable[str]) -> list[dict[str, Any]]:
+        """``match`` for each topic, as the batch API answers it for a tenant without
+        shared subscriptions: per topic either ``{"subscriptions": sorted ids,
+        "subscribers": sorted names, "groups": []}`` or
+        ``{"error": {"code", "message"}}`` for an invalid topic. One matcher look-up per
+        batch, names straight from the per-id list (O(matches) per topic)."""
+        matchers = self._topic.get((tenant, dialect))
+        shadow = self.shadow
+        if matchers is None or (shadow is not None and len(matchers) > 1 and shadow.every):
+            match = self.match  # rare: no subscriptions, or the shadow check samples
+            primary_match = None
+        else:
+            match = None
+            primary_match = matchers[self._primary].match
+        by_id = self._by_id
+        far = self._far
+        out: list[dict[str, Any]] = []
+        append = out.append
+        for topic in topics:
+            try:
+                ids = (
+                    primary_match(topic)
+                    if primary_match is not None
+                    else match(tenant, dialect, topic)  # type: ignore[misc]
+                )
+            except MatcherError as e:
+                append({"error": {"code": e.code, "message": e.message}})
+                continue
+            if not ids:
+                append({"subscriptions": [], "subscribers": [], "groups": []})
+                continue
+            if len(ids) == 1:
+                (only,) = ids
+                name = (by_id[only] if only < len(by_id) else None) or far.get(only)
+                append(
+                    {
+                        "subscriptions": [only],
+                        "subscribers": [] if name is None else [name],
+                        "groups": [],
+                    }
+                )
+                continue
+            append(
+                {
+                    "subscriptions": sorted(ids),
+                    "subscribers": self._names_of(ids, by_id, far),
+                    "groups": [],
+                }
+            )
+        return out
+
     def match_headers(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
         matcher = self._headers.get(tenant)
         if matcher is None:
@@ -108,11 +191,87 @@ class RoutingTable:
             return EMPTY
         return matcher.match(headers)
 
+    def sizes(self) -> dict[tuple[str, str], int]:
+        """Subscriptions per (tenant, dialect) now, ``headers`` included: O(tenants x
+        dialects), read from the matchers' own counts (the metrics scrape calls it)."""
+        primary = self._primary
+        # tuple(): one C-level copy, so the applier adding a tenant meanwhile cannot break
+        # the iteration ("dictionary changed size").
+        sizes = {key: len(matchers[primary]) for key, matchers in tuple(self._topic.items())}
+        for tenant, headers in tuple(self._headers.items()):
+            sizes[(tenant, HEADERS_DIALECT)] = len(headers)
+        return {key: size for key, size in sizes.items() if size}
+
+    def deliver(self, tenant: str, ids: Iterable[int], key: str) -> Delivery:
+        """Who of a match's ``ids`` receives the message: the ungrouped ones plus one
+        member per group (``loader.groups``; ``key`` for the ``hash`` policy)."""
+        return self.groups.deliver(tenant, ids, key)
+
     def subscribers(self, ids: Iterable[int]) -> list[str]:
-        """Distinct subscriber names of ``ids``, sorted."""
-        entries = self._catalog.entries
-        names = {entry.subscriber for i in ids if (entry := entries.get(i)) is not None}
+        """Distinct subscriber names of ``ids`` (those this table holds), sorted."""
+        by_id, far = self._by_id, self._far
+        size = len(by_id)
+        names: set[str] = set()
+        for i in ids:
+            if type(i) is not int or i < 0:
+                continue
+            name = by_id[i] if i < size else None
+            if name is None:
+                name = far.get(i)
+            if name is not None:
+                names.add(name)
         return sorted(names)
+
+    def entries(self, ids: Iterable[int]) -> dict[int, Entry]:
+        """The catalog's entry of each of ``ids`` still present (explain shows patterns)."""
+        entries = self._catalog.entries
+        return {i: entry for i in ids if (entry := entries.get(i)) is not None}
+
+    def patterns_of(
+        self, tenant: str, dialect: str, subscribers: Iterable[str]
+    ) -> dict[str, dict[int, str]]:
+        """For each of ``subscribers``: id -> pattern of its subscriptions in ``dialect``
+        (empty when it has none). One scan of the snapshot, O(catalog), for all of them: no
+        per-subscriber index is kept, as explain and redundancy are rare, operator-driven
+        reads."""
+        out: dict[str, dict[int, str]] = {name: {} for name in subscribers}
+        for sub_id, entry in self._catalog.entries.items():
+            if entry.tenant == tenant and entry.dialect == dialect:
+                mine = out.get(entry.subscriber)
+                if mine is not None:
+                    mine[sub_id] = entry.pattern
+        return out
+
+    def related(
+        self,
+        tenant: str,
+        dialect: str,
+        pattern: str,
+        relation: Relation,
+        after: int | None = None,
+        limit: int = 100,
+    ) -> Found:
+        """Ids of ``tenant``'s subscriptions in ``dialect``, in id order after ``after``, at
+        most ``limit``, whose pattern overlaps ``pattern`` or is covered by it, and where to
+        resume (``matcher.overlap.search``: pruned by ``optimized_inverted_bitmap``'s rows when
+        that engine is built, which it is by default). Raises the matcher's errors for an
+        invalid pattern, even with no subscription."""
+        matchers = self._topic.get((tenant, dialect))
+        if matchers is None:
+            validator = _validator(dialect, self.limits)
+            validator.dialect.parse_pattern(pattern, validator.limits)
+            return Found([], None)
+        engine = matchers.get("optimized_inverted_bitmap", matchers[self._primary])
+        return search(engine, pattern, relation, after, limit)
+
+    @staticmethod
+    def _names_of(ids: Iterable[int], by_id: list[str | None], far: dict[int, str]) -> list[str]:
+        """``subscribers`` of matched ids (non-negative ints by construction; one removed
+        since the match may have lost its name already, and is left out)."""
+        size = len(by_id)
+        names = {(by_id[i] if i < size else None) or far.get(i) for i in ids}
+        names.discard(None)
+        return sorted(names)  # type: ignore[arg-type]
 
     # -- writes (one applier at a time) -------------------------------------------------
 
@@ -129,51 +288,147 @@ class RoutingTable:
                 catalog = self._catalog
                 sub_id = change.subscription_id
                 if change.op == "add" and sub_id not in catalog.entries:
-                    self._catalog = Snapshot(
-                        max(catalog.seq, change.seq), catalog.entries.set(sub_id, _entry(change))
+                    entries = catalog.entries.with_add(
+                        sub_id,
+                        Entry(change.tenant, change.subscriber, change.dialect, change.pattern),
                     )
+                    self._set_subscriber(sub_id, entries[sub_id].subscriber, len(entries))
+                    self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
+                    self.groups.add(change)  # groups: before the matchers see the id
                     self._index(change)
                     applied += 1
                 elif change.op == "remove" and sub_id in catalog.entries:
                     self._unindex(change)
+                    self.groups.remove(sub_id)  # groups: after the matchers forgot it
                     self._catalog = Snapshot(
-                        max(catalog.seq, change.seq), catalog.entries.delete(sub_id)
+                        max(catalog.seq, change.seq), catalog.entries.with_remove(sub_id)
                     )
+                    self._set_subscriber(sub_id, None, 0)
                     applied += 1
                 elif change.seq > catalog.seq:
                     self._catalog = Snapshot(change.seq, catalog.entries)
+            catalog = self._catalog
+            settled = catalog.entries.settled()
+            if settled is not catalog.entries:
+                self._catalog = Snapshot(catalog.seq, settled)
         return applied
+
+    def _set_subscriber(self, sub_id: int, name: str | None, count: int) -> None:
+        by_id = self._by_id
+        if sub_id < len(by_id):
+            by_id[sub_id] = name
+        elif name is not None and sub_id < DENSE_FACTOR * count + DENSE_SLACK:
+            by_id.extend([None] * (sub_id + 1 - len(by_id)))
+            by_id[sub_id] = name
+            self._far.pop(sub_id, None)
+            return
+        if name is None:
+            self._far.pop(sub_id, None)
+        elif sub_id >= len(by_id):
+            self._far[sub_id] = name
 
     def load(self, rows: Iterable[Change], seq: int) -> None:
         """Bulk-build from every subscription as of change ``seq`` (a fresh table only)."""
-        with self._apply_lock:
-            if self._catalog.entries:
-                raise RuntimeError("load() builds a fresh table; use apply() for changes")
-            topic: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
-            headers: list[Change] = []
-            empty: Map[int, Entry] = Map()
-            with empty.mutate() as catalog:
-                for row in rows:
-                    catalog[row.subscription_id] = _entry(row)
-                    if row.kind == "headers":
-                        headers.append(row)
-                    else:
-                        topic[(row.tenant, row.dialect)].append((row.subscription_id, row.pattern))
-                entries = catalog.finish()
-            for (tenant, dialect), items in topic.items():
-                for matcher in self._matchers(tenant, dialect).values():
-                    matcher.subscribe_many(items)
-            for row in headers:
-                self._index(row)
-            self._catalog = Snapshot(seq, entries)
+        ids: list[int] = []
+        columns: dict[str, list[str]] = {name: [] for name in COLUMNS[1:]}
+        members: list[tuple[int, str, str, str | None]] = []
+        for row in rows:
+            ids.append(row.subscription_id)
+            for name, values in columns.items():
+                values.append(getattr(row, name))
+            if row.group is not None:
+                members.append((row.subscription_id, row.tenant, row.group, row.group_policy))
+        self.load_columns(
+            pa.table({"id": pa.array(ids, pa.int64()), **columns}, schema=_SCHEMA), seq, members
+        )
 
-    def _matchers(self, tenant: str, dialect: str) -> dict[str, Matcher]:
+    def load_columns(
+        self,
+        rows: pa.Table,
+        seq: int,
+        members: Iterable[tuple[int, str, str, str | None]] = (),
+    ) -> None:
+        """Bulk-build from an Arrow table of ``COLUMNS`` holding every subscription as of
+        change ``seq`` (a fresh table only), and ``members`` ((id, tenant, group, policy)
+        of the grouped ones, ``SubscriptionRepository.members``). No Python object per
+        row: names are coded per distinct value, patterns go to the catalog as one Arrow
+        column and to the native engine as its buffers."""
+        with self._apply_lock:
+            if len(self._catalog.entries):
+                raise RuntimeError("load() builds a fresh table; use apply() for changes")
+            for member in members:  # groups: before the matchers see the ids
+                self.groups.add_member(*member)
+            if not rows.num_rows:
+                self._catalog = Snapshot(seq, self._catalog.entries)
+                return
+            rows = rows.select(list(COLUMNS)).combine_chunks()
+            ids = rows.column("id").to_numpy()
+            if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+                order = np.argsort(ids, kind="stable")
+                rows, ids = rows.take(pa.array(order)), ids[order]
+                if bool(np.any(ids[1:] == ids[:-1])):
+                    raise ValueError("load() was given the same subscription id twice")
+            names = self._names
+            tenant = names.codes(rows.column("tenant").chunk(0))
+            subscriber = names.codes(rows.column("subscriber").chunk(0))
+            dialect = names.codes(rows.column("dialect").chunk(0))
+            patterns = _strings(rows.column("pattern"))
+            catalog = Catalog.from_columns(names, ids, tenant, subscriber, dialect, patterns)
+            self._fill_subscribers(ids, subscriber)
+            groups = tenant.astype(np.int64) << 32 | dialect
+            if bool(np.all(groups == groups[0])):  # one (tenant, dialect): no regrouping
+                self._load_group(names.names[tenant[0]], names.names[dialect[0]], ids, patterns)
+                self._catalog = Snapshot(seq, catalog)
+                return
+            order = np.argsort(groups, kind="stable")
+            starts = np.flatnonzero(np.diff(groups[order], prepend=-1)).tolist()
+            for start, end in zip(starts, [*starts[1:], len(order)][: len(starts)], strict=True):
+                rows_of = order[start:end]
+                first = int(rows_of[0])
+                self._load_group(
+                    names.names[tenant[first]],
+                    names.names[dialect[first]],
+                    ids[rows_of],
+                    patterns.take(pa.array(rows_of)),
+                )
+            self._catalog = Snapshot(seq, catalog)
+
+    def _fill_subscribers(self, ids: np.ndarray, subscriber: np.ndarray) -> None:
+        if not len(ids):
+            return
+        names = np.array(self._names.names, dtype=object)[subscriber]
+        if int(ids[-1]) < DENSE_FACTOR * len(ids) + DENSE_SLACK and int(ids[0]) >= 0:
+            dense = np.full(int(ids[-1]) + 1, None, dtype=object)
+            dense[ids] = names
+            self._by_id = dense.tolist()
+        else:
+            self._far = dict(zip(ids.tolist(), names.tolist(), strict=True))
+
+    def _load_group(self, tenant: str, dialect: str, ids: np.ndarray, patterns: pa.Array) -> None:
+        if dialect == HEADERS_DIALECT:
+            headers = self._headers.get(tenant)
+            if headers is None:
+                headers = self._headers[tenant] = HeadersMatcher()
+            for sub_id, text in zip(ids.tolist(), patterns.to_pylist(), strict=True):
+                criteria, mode = headers_from_pattern(text)
+                headers.subscribe(sub_id, criteria, mode)  # type: ignore[arg-type]
+            return
+        for matcher in self._matchers(tenant, dialect, len(ids)).values():
+            subscribe_arrays = getattr(matcher, "subscribe_arrays", None)
+            if subscribe_arrays is not None:
+                offsets, data = _buffers(patterns)
+                if subscribe_arrays(ids, offsets, data) >= 0:
+                    continue
+            matcher.subscribe_many(zip(ids.tolist(), patterns.to_pylist(), strict=True))
+
+    def _matchers(self, tenant: str, dialect: str, size: int = 1) -> dict[str, Matcher]:
         key = (tenant, dialect)
         matchers = self._topic.get(key)
         if matchers is None:
+            engines = self.engines if size <= self.shadow_max else self.engines[:1]
             matchers = {
                 name: create_matcher(name, dialect, self.limits, self.cache_size)
-                for name in self.engines
+                for name in engines
             }
             self._topic[key] = matchers
         return matchers
@@ -185,9 +440,15 @@ class RoutingTable:
                 headers = self._headers[change.tenant] = HeadersMatcher()
             assert change.criteria is not None and change.mode is not None
             headers.subscribe(change.subscription_id, change.criteria, change.mode)
-        else:
-            for matcher in self._matchers(change.tenant, change.dialect).values():
-                matcher.subscribe(change.subscription_id, change.pattern)
+            return
+        key = (change.tenant, change.dialect)
+        matchers = self._matchers(*key)
+        for matcher in matchers.values():
+            matcher.subscribe(change.subscription_id, change.pattern)
+        if len(matchers) > 1 and len(matchers[self._primary]) > self.shadow_max:
+            # Grown past the bound: from now on only the answering engine (a new dict, so
+            # a reader iterating the old one finishes undisturbed).
+            self._topic[key] = {self._primary: matchers[self._primary]}
 
     def _unindex(self, change: Change) -> None:
         if change.kind == "headers":
@@ -198,18 +459,115 @@ class RoutingTable:
         for matcher in self._topic.get((change.tenant, change.dialect), {}).values():
             matcher.unsubscribe(change.subscription_id)
 
+    # -- repairs (the reconciler's) ------------------------------------------------------
+
+    def repair(self, stored: Sequence[Change], ranges: Iterable[int], size: int) -> int:
+        """Make the id ranges ``[k * size, (k + 1) * size)`` of ``ranges`` hold exactly
+        ``stored`` (the store's rows of those ranges at this table's seq): what differs is
+        removed and re-added through ``apply``. Returns how many subscriptions changed."""
+        wanted = {row.subscription_id: row for row in stored}
+        seq = self.seq
+        removes: list[Change] = []
+        adds: list[Change] = []
+        entries = self._catalog.entries
+        entry: Entry | None
+        for k in ranges:
+            for sub_id, entry in entries.between(k * size, (k + 1) * size).items():
+                row = wanted.get(sub_id)
+                if (
+                    row is None
+                    or Entry(row.tenant, row.subscriber, row.dialect, row.pattern) != entry
+                ):
+                    removes.append(_as_change(seq, "remove", sub_id, entry))
+        for sub_id, row in wanted.items():
+            entry = entries.get(sub_id)
+            if (
+                entry is None
+                or Entry(row.tenant, row.subscriber, row.dialect, row.pattern) != entry
+            ):
+                adds.append(replace(row, seq=seq, op="add"))  # with its group, if any
+        self.apply(removes)
+        self.apply(adds)
+        return len({c.subscription_id for c in removes + adds})
+
+    def repair_members(self, members: Sequence[tuple[int, str, str, str | None]]) -> int:
+        """Make the shared-subscription index hold exactly ``members`` (the store's, at this
+        table's seq); returns 1 if it had drifted (and was replaced), else 0."""
+        expected = {sub_id: ((tenant, group), policy) for sub_id, tenant, group, policy in members}
+        with self._apply_lock:
+            if dict(self.groups.state()) == expected:
+                return 0
+            self.groups = GroupIndex.of(members)
+            return 1
+
+    def repair_groups(self) -> int:
+        """Rebuild the engines of every (tenant, dialect) whose engines hold another count
+        than the catalog says, from the catalog; returns how many groups were rebuilt."""
+        with self._apply_lock:
+            expected = self._catalog.entries.group_sizes()
+            sizes = {
+                key: {name: len(m) for name, m in matchers.items()}
+                for key, matchers in self._topic.items()
+            }
+            sizes.update(
+                {(t, HEADERS_DIALECT): {"headers": len(h)} for t, h in self._headers.items()}
+            )
+            wrong = [
+                key
+                for key in sizes.keys() | expected.keys()
+                if any(n != expected.get(key, 0) for n in sizes.get(key, {"": 0}).values())
+            ]
+            if not wrong:
+                return 0
+            members: dict[tuple[str, str], list[tuple[int, str]]] = {key: [] for key in wrong}
+            for sub_id, entry in self._catalog.entries.items():
+                group = members.get((entry.tenant, entry.dialect))
+                if group is not None:
+                    group.append((sub_id, entry.pattern))
+            for (tenant, dialect), items in members.items():
+                if dialect == HEADERS_DIALECT:
+                    headers = HeadersMatcher()
+                    for sub_id, text in items:
+                        criteria, mode = headers_from_pattern(text)
+                        headers.subscribe(sub_id, criteria, mode)  # type: ignore[arg-type]
+                    self._headers[tenant] = headers
+                    continue
+                fresh = {
+                    name: create_matcher(name, dialect, self.limits, self.cache_size)
+                    for name in (
+                        self.engines if len(items) <= self.shadow_max else self.engines[:1]
+                    )
+                }
+                for matcher in fresh.values():
+                    matcher.subscribe_many(items)
+                self._topic[(tenant, dialect)] = fresh
+            return len(wrong)
+
+    # -- checks -------------------------------------------------------------------------
+
+    def group_sizes(self) -> dict[tuple[str, str], int]:
+        """Subscriptions each (tenant, dialect) matcher holds (headers: per tenant), read
+        from the engines: O(groups). The reconciler compares these with the catalog."""
+        sizes = {key: len(m[self._primary]) for key, m in self._topic.items()}
+        sizes.update({(t, HEADERS_DIALECT): len(h) for t, h in self._headers.items()})
+        return {key: n for key, n in sizes.items() if n}
+
     def consistent(self) -> bool:
-        """Whether every engine holds exactly the catalog's subscriptions (drift check)."""
-        expected: dict[tuple[str, str], dict[int, str]] = defaultdict(dict)
+        """Whether every engine holds exactly the catalog's subscriptions, and the
+        subscriber list agrees with the catalog (drift check, O(n))."""
+        expected: dict[tuple[str, str], dict[int, str]] = {}
         for sub_id, entry in self._catalog.entries.items():
+            if self.subscribers([sub_id]) != [entry.subscriber]:
+                return False
             if entry.dialect != HEADERS_DIALECT:
-                expected[(entry.tenant, entry.dialect)][sub_id] = entry.pattern
+                expected.setdefault((entry.tenant, entry.dialect), {})[sub_id] = entry.pattern
         for key, matchers in self._topic.items():
             wanted = expected.pop(key, {})
             for matcher in matchers.values():
                 if dict(matcher.subscriptions()) != wanted:
                     return False
-        return not expected  # no (tenant, dialect) lacks its matchers
+        named = sum(1 for name in self._by_id if name is not None) + len(self._far)
+        return not expected and named == len(self._catalog.entries)
 
     def _check(self) -> None:
         """Tests call this: consistent, and every engine's own invariants hold."""
@@ -219,15 +577,43 @@ class RoutingTable:
                 matcher._check()
 
 
-def _entry(change: Change) -> Entry:
-    """The catalog's entry; tenant, subscriber and dialect names repeat across many
-    subscriptions, so one string each is kept (the driver makes a new one per row)."""
-    return Entry(
-        sys.intern(change.tenant),
-        sys.intern(change.subscriber),
-        sys.intern(change.dialect),
-        change.pattern,
+_SCHEMA: Final = pa.schema([("id", pa.int64()), *((name, pa.string()) for name in COLUMNS[1:])])
+
+
+def _as_change(seq: int, op: str, sub_id: int, row: Entry) -> Change:
+    """A change re-stating catalog entry ``row`` as ``op`` (a stored row is already a
+    ``Change``: ``repair`` re-adds it with ``dataclasses.replace``, group included)."""
+    headers = row.dialect == HEADERS_DIALECT
+    criteria, mode = headers_from_pattern(row.pattern) if headers else (None, None)
+    return Change(
+        seq,
+        op,  # type: ignore[arg-type]
+        sub_id,
+        row.tenant,
+        row.subscriber,
+        row.pattern,
+        row.dialect,
+        "headers" if headers else "topic",
+        criteria,
+        mode,  # type: ignore[arg-type]
     )
+
+
+def _strings(column: pa.ChunkedArray) -> pa.StringArray:
+    """One contiguous ``string`` array (32-bit offsets) of a column."""
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if array.type != pa.string():
+        array = array.cast(pa.string())
+    return array
+
+
+def _buffers(patterns: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:
+    """The offsets (int32, one more than rows) and the UTF-8 bytes of a string array."""
+    _, offsets, data = patterns.buffers()
+    start = patterns.offset
+    offset_view = np.frombuffer(offsets, np.int32, len(patterns) + 1, start * 4)
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return offset_view, raw
 
 
 _VALIDATORS: dict[tuple[str, Limits | None], Matcher] = {}

@@ -21,7 +21,7 @@ each operation, so importing this module there fails rather than racing.
 import sys
 
 from cpython.ref cimport PyObject, Py_INCREF
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memchr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -77,7 +77,9 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         uint64_t version()
         const Node& node(uint32_t)
         Node& node_mut(uint32_t)
-        const string* pattern_of(uint32_t)
+        const char* pattern_of(uint32_t, uint32_t*)
+        size_t text_bytes()
+        size_t text_garbage()
         uint32_t word_id(const char*, uint32_t)
         void split_words(const char*, size_t, char, vector[uint32_t]&) except +
         const vector[uint32_t]* walk(const uint32_t*, size_t, vector[uint32_t]*) except +
@@ -94,9 +96,9 @@ cdef extern from *:
     // Every (id, text) of the table, for listing: ids and texts copied out in one go.
     static void topicstore_items(const topicstore::Core& core, std::vector<uint32_t>& ids,
                                  std::vector<std::string>& texts) {
-        core.for_each_id([&](uint32_t id, const std::string& text) {
+        core.for_each_id([&](uint32_t id, const char* text, uint32_t size) {
             ids.push_back(id);
-            texts.push_back(text);
+            texts.emplace_back(text, size);
         });
     }
     """
@@ -119,6 +121,20 @@ cdef inline object _frozen(const vector[uint32_t]& ids):
 
 cdef inline str _text(const string& s):
     return s.decode("utf-8", "strict")
+
+
+cdef inline object _pattern(Core* core, uint32_t sub_id):
+    """The pattern text of ``sub_id`` as a str, or None."""
+    cdef uint32_t size = 0
+    cdef const char* data = core.pattern_of(sub_id, &size)
+    if data == NULL:
+        return None
+    return data[:size].decode("utf-8", "strict")
+
+
+cdef inline bint _has(Core* core, uint32_t sub_id):
+    cdef uint32_t size
+    return core.pattern_of(sub_id, &size) != NULL
 
 
 cdef inline void _flush_wildcards(vector[Token]& out, Py_ssize_t stars, bint hashes):
@@ -172,14 +188,24 @@ cdef class _Core:
         in ``grammar`` then handles. Same rules, same result: ``tokens_of`` + ``canonical``."""
         if not self.fast_amqp or type(pattern) is not str or not PyUnicode_IS_ASCII(pattern):
             return False
-        cdef Py_ssize_t n = PyUnicode_GET_LENGTH(pattern)
-        if n == 0 or n > self.max_pattern_bytes:
+        return self._raw_tokens(
+            <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern), out, False
+        )
+
+    cdef bint _raw_tokens(self, const char* data, Py_ssize_t n, vector[Token]& out,
+                          bint check_ascii):
+        """``_fast_tokens`` of ``n`` bytes at ``data`` (ASCII checked here when
+        ``check_ascii``: UTF-8 from a buffer rather than an ASCII str)."""
+        if not self.fast_amqp or n == 0 or n > self.max_pattern_bytes:
             return False
-        cdef const char* data = <const char*>PyUnicode_DATA(pattern)
         if memchr(data, 0, n) != NULL:
             return False
-        out.clear()
         cdef Py_ssize_t start = 0, i, words = 0, stars = 0
+        if check_ascii:
+            for i in range(n):
+                if <unsigned char>data[i] >= 128:
+                    return False
+        out.clear()
         cdef bint hashes = False
         cdef Token t
         for i in range(n + 1):
@@ -199,13 +225,50 @@ cdef class _Core:
         _flush_wildcards(out, stars, hashes)
         return words <= self.max_words
 
+    cdef Py_ssize_t _subscribe_arrays(self, const int64_t[:] ids, const int32_t[:] offsets,
+                                      const unsigned char[:] data, object lock) except -2:
+        """Bulk subscribe from columns, all or nothing: returns how many were indexed, or
+        -1 with nothing done when any item needs the general path (a pattern that is not
+        plainly valid AMQP, an id out of range, already present, or ids not strictly
+        increasing, which also rules out repeats within the batch)."""
+        cdef Py_ssize_t n = ids.shape[0], i
+        cdef int64_t prev = -1
+        cdef int32_t start, end
+        cdef vector[Token] spec
+        if offsets.shape[0] != n + 1:
+            raise ValueError("offsets must hold one more entry than ids")
+        if n == 0:
+            return 0
+        if data.shape[0] == 0:
+            return -1
+        cdef const char* text = <const char*>&data[0]
+        with lock:
+            for i in range(n):
+                if ids[i] <= prev or ids[i] >= 4294967296:
+                    return -1
+                prev = ids[i]
+                start, end = offsets[i], offsets[i + 1]
+                if end < start or end > data.shape[0]:
+                    raise ValueError("offsets out of the data's bounds")
+                if not self._raw_tokens(text + start, end - start, spec, True):
+                    return -1
+                if _has(self.core, <uint32_t>ids[i]):
+                    return -1
+            self._check_room(n, True)
+            # Everything is valid: index (nothing below raises but MemoryError).
+            for i in range(n):
+                start, end = offsets[i], offsets[i + 1]
+                self._raw_tokens(text + start, end - start, spec, False)
+                self.core.add(<uint32_t>ids[i], spec.data(), spec.size(), text + start, end - start)
+        return n
+
     def __len__(self):
         return self.core.size()
 
     def __contains__(self, sub_id):
         if type(sub_id) is not int or not 0 <= sub_id < 2**32:
             return False
-        return self.core.pattern_of(<uint32_t>sub_id) != NULL
+        return _has(self.core, <uint32_t>sub_id)
 
     def node_count(self):
         """Nodes in the trie, root included (the walk's per-level bound)."""
@@ -215,8 +278,7 @@ cdef class _Core:
         """The pattern subscription ``sub_id`` was made with, or None."""
         if type(sub_id) is not int or not 0 <= sub_id < 2**32:
             return None
-        cdef const string* text = self.core.pattern_of(<uint32_t>sub_id)
-        return None if text == NULL else _text(text[0])
+        return _pattern(self.core, <uint32_t>sub_id)
 
     cdef int _topic_words(self, topic) except -1:
         """``self.words`` := the word ids of ``topic`` (validated as the dialect says)."""
@@ -354,11 +416,9 @@ cdef class _Core:
         if not self._fast_tokens(pattern, spec):
             return False
         cdef uint32_t key = sub_id
-        cdef const string* existing
         with lock:
-            existing = self.core.pattern_of(key)
-            if existing != NULL:
-                text = _text(existing[0])
+            text = _pattern(self.core, key)
+            if text is not None:
                 if text == pattern:
                     return True
                 raise SubscriptionConflictError(
@@ -391,7 +451,6 @@ cdef class _Core:
         cdef vector[Token] spec
         cdef dict batch = {}
         cdef dict tokens = {}  # of the items the general path validated
-        cdef const string* existing
         cdef bint fast
         with lock:
             for sub_id, pattern in items:
@@ -399,10 +458,8 @@ cdef class _Core:
                 fast = self._fast_tokens(pattern, spec)
                 if not fast:
                     pattern = checked_text(pattern, "pattern", self.max_pattern_bytes)
-                existing = self.core.pattern_of(<uint32_t>sub_id)
-                if existing != NULL:
-                    text = _text(existing[0])
-                else:
+                text = _pattern(self.core, <uint32_t>sub_id)
+                if text is None:
                     text = batch.get(sub_id)
                 if text is not None:
                     if text == pattern:
@@ -513,6 +570,14 @@ class NativeMatcher(_Core, Matcher):
         in C; returns how many were new."""
         with gc_paused():
             return (<_Core>self)._fast_subscribe_many(items, self._write_lock)
+
+    def subscribe_arrays(self, ids, offsets, data):
+        """Subscribe ``ids[k]`` (int64 array) to the UTF-8 pattern
+        ``data[offsets[k]:offsets[k + 1]]`` (int32 offsets, an Arrow string column's
+        buffers): a bulk build without a Python object per subscription. All or nothing;
+        returns how many were indexed, or -1 (nothing done) when some item needs
+        ``subscribe_many``'s general path."""
+        return (<_Core>self)._subscribe_arrays(ids, offsets, data, self._write_lock)
 
     def _add(self, sub_id, tokens, pattern):
         (<_Core>self)._index(sub_id, canonical(tokens), pattern)

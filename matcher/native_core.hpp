@@ -88,9 +88,14 @@ struct Word {
     uint32_t size;
 };
 
+// A distinct pattern text of a node: its bytes in the core's one text arena (no allocation
+// per subscription), and the next text of the same node (usually none).
+constexpr uint32_t NO_TEXT = 0xFFFFFFFFu;
 struct Text {
-    std::string text;
-    uint32_t refs;
+    uint32_t off;
+    uint32_t len;
+    uint32_t refs;  // ids using it; 0: a free record (then `next` links the free list)
+    uint32_t next;
 };
 
 // A node's ids: up to two inline (most nodes hold one or two subscriptions, and a match
@@ -159,7 +164,7 @@ struct alignas(64) Node {
     bool is_hash = false;
     bool live = false;
     IdVec ids;                        // subscriptions ending here; ids[pos] per the id table
-    std::vector<Text>* texts = nullptr;  // distinct pattern texts of those ids (usually one)
+    uint32_t texts = NO_TEXT;         // first distinct pattern text of those ids (usually one)
     PyObject* cached = nullptr;       // frozenset(ids), built on a match, cleared on write
 
     bool empty() const { return ids.empty() && nchildren == 0 && star == NO_NODE && hash == NO_NODE; }
@@ -216,7 +221,6 @@ class Core {
         for (ComboSlot& c : combos_) Py_XDECREF(c.result);
         for (Node& n : nodes_) {
             Py_XDECREF(n.cached);
-            delete n.texts;
             n.ids.release();
         }
     }
@@ -230,19 +234,29 @@ class Core {
     const Node& node(uint32_t i) const { return nodes_[i]; }
     Node& node_mut(uint32_t i) { return nodes_[i]; }
 
-    // The pattern text of `id`, or nullptr.
-    const std::string* pattern_of(uint32_t id) const {
+    // The pattern text of `id` (its bytes, `*size` of them), or nullptr. Valid until the
+    // next write.
+    const char* pattern_of(uint32_t id, uint32_t* size) const {
         const IdSlot* s = find_id(id);
         if (s == nullptr) return nullptr;
-        return &(*nodes_[s->node].texts)[s->text].text;
+        const Text& t = texts_[s->text];
+        *size = t.len;
+        return arena_.data() + t.off;
     }
 
-    // Every (id, text), in table order.
+    // Every (id, text bytes, size), in table order.
     template <class F>
     void for_each_id(F&& f) const {
         for (const IdSlot& s : idslots_)
-            if (s.node != EMPTY_SLOT) f(s.id, (*nodes_[s.node].texts)[s.text].text);
+            if (s.node != EMPTY_SLOT) {
+                const Text& t = texts_[s.text];
+                f(s.id, arena_.data() + t.off, t.len);
+            }
     }
+
+    // Bytes held for pattern texts, and how many of them belong to removed texts.
+    size_t text_bytes() const { return arena_.size(); }
+    size_t text_garbage() const { return garbage_; }
 
     uint32_t word_id(const char* p, uint32_t n) const {
         uint64_t h = hash_bytes(p, n);
@@ -381,26 +395,16 @@ class Core {
             cur = next;
         }
         Node& leaf = nodes_[cur];
-        if (leaf.texts == nullptr) leaf.texts = new std::vector<Text>();
-        uint32_t ti = 0, free_ti = UINT32_MAX;
-        std::vector<Text>& texts = *leaf.texts;
-        for (; ti < texts.size(); ++ti) {
-            if (texts[ti].refs == 0) {
-                if (free_ti == UINT32_MAX) free_ti = ti;
-            } else if (texts[ti].text.size() == tlen &&
-                       std::memcmp(texts[ti].text.data(), text, tlen) == 0) {
-                break;
-            }
+        uint32_t ti = leaf.texts;
+        while (ti != NO_TEXT && !(texts_[ti].len == tlen &&
+                                  std::memcmp(arena_.data() + texts_[ti].off, text, tlen) == 0))
+            ti = texts_[ti].next;
+        if (ti == NO_TEXT) {
+            ti = new_text(text, tlen);
+            texts_[ti].next = leaf.texts;
+            leaf.texts = ti;
         }
-        if (ti == texts.size()) {
-            if (free_ti != UINT32_MAX) {
-                ti = free_ti;
-                texts[ti].text.assign(text, tlen);
-            } else {
-                texts.push_back(Text{std::string(text, tlen), 0});
-            }
-        }
-        ++texts[ti].refs;
+        ++texts_[ti].refs;
         insert_id(id, cur, ti, static_cast<uint32_t>(leaf.ids.size()));
         leaf.ids.push_back(id);
         Py_CLEAR(leaf.cached);
@@ -423,11 +427,8 @@ class Core {
         leaf.ids.pop_back();
         if (last != id) find_id(last)->pos = pos;
         Py_CLEAR(leaf.cached);
-        Text& t = (*leaf.texts)[ti];
-        if (--t.refs == 0) std::string().swap(t.text);
+        if (--texts_[ti].refs == 0) drop_text(leaf, ti);
         if (leaf.ids.empty()) {
-            delete leaf.texts;
-            leaf.texts = nullptr;
             leaf.ids.release();
             retag(cur);
         }
@@ -457,10 +458,11 @@ class Core {
     // An empty string when every invariant holds, else what is broken.
     std::string check() const {
         uint32_t live = 0, hashes = 0, ids = 0;
+        size_t live_text_bytes = 0;
         for (uint32_t i = 0; i < nodes_.size(); ++i) {
             const Node& n = nodes_[i];
             if (!n.live) {
-                if (n.cached || n.texts || !n.ids.empty()) return "freed node holds data";
+                if (n.cached || n.texts != NO_TEXT || !n.ids.empty()) return "freed node holds data";
                 continue;
             }
             ++live;
@@ -471,7 +473,7 @@ class Core {
             if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash) return "hash edge to a non-# node";
             if (n.star != NO_NODE && n.star != ((n.star & INDEX) | tags(n.star & INDEX))) return "star tag";
             if (n.hash != NO_NODE && n.hash != ((n.hash & INDEX) | tags(n.hash & INDEX))) return "hash tag";
-            if (n.ids.empty() != (n.texts == nullptr)) return "texts without ids";
+            if (n.ids.empty() != (n.texts == NO_TEXT)) return "texts without ids";
             if (n.star != NO_NODE &&
                 (nodes_[n.star & INDEX].parent != i || nodes_[n.star & INDEX].label != STAR))
                 return "star child's parent link";
@@ -486,20 +488,34 @@ class Core {
                                       : (child(n.parent, n.label) & INDEX) != i)
                     return "parent does not lead here";
             }
-            if (n.texts) {
-                std::vector<uint32_t> refs(n.texts->size(), 0);
+            if (n.texts != NO_TEXT) {
+                std::vector<std::pair<uint32_t, uint32_t>> refs;  // (text, ids using it)
+                for (uint32_t t = n.texts; t != NO_TEXT; t = texts_[t].next) {
+                    if (t >= texts_.size() || texts_[t].refs == 0) return "dead text in a node";
+                    if (texts_[t].off + static_cast<size_t>(texts_[t].len) > arena_.size())
+                        return "text outside the arena";
+                    refs.emplace_back(t, 0);
+                    live_text_bytes += texts_[t].len;
+                }
                 for (size_t pos = 0; pos < n.ids.size(); ++pos) {
                     const IdSlot* s = find_id(n.ids[pos]);
                     if (s == nullptr || s->node != i || s->pos != pos) return "id table mismatch";
-                    ++refs[s->text];
+                    bool found = false;
+                    for (auto& r : refs)
+                        if (r.first == s->text) {
+                            ++r.second;
+                            found = true;
+                        }
+                    if (!found) return "id's text not in its node";
                 }
-                for (size_t t = 0; t < refs.size(); ++t)
-                    if (refs[t] != (*n.texts)[t].refs) return "text refcount";
+                for (const auto& r : refs)
+                    if (r.second != texts_[r.first].refs) return "text refcount";
             }
             if (n.cached != nullptr && static_cast<size_t>(PySet_GET_SIZE(n.cached)) != n.ids.size())
                 return "stale cached result";
         }
         if (live != node_count_) return "node count";
+        if (live_text_bytes + garbage_ != arena_.size()) return "text arena accounting";
         if (hashes != hash_count_) return "hash count";
         if (ids != id_count_) return "id count";
         uint32_t edges = 0;
@@ -531,6 +547,49 @@ class Core {
     }
 
    private:
+    std::vector<Text> texts_;
+    uint32_t free_text_ = NO_TEXT;
+    std::string arena_;   // every live text's bytes, and garbage_ bytes of removed ones
+    size_t garbage_ = 0;
+
+    uint32_t new_text(const char* text, size_t tlen) {
+        uint32_t ti = free_text_;
+        if (ti != NO_TEXT) {
+            free_text_ = texts_[ti].next;
+        } else {
+            ti = static_cast<uint32_t>(texts_.size());
+            texts_.push_back(Text{0, 0, 0, NO_TEXT});
+        }
+        texts_[ti] = Text{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(tlen), 0,
+                          NO_TEXT};
+        if (arena_.size() + tlen > UINT32_MAX) throw std::length_error("text arena full");
+        arena_.append(text, tlen);
+        return ti;
+    }
+
+    // Unlink text `ti` (no ids left) from `leaf`, free its record, and compact the arena
+    // once removed texts fill half of it (amortized O(1) per removal).
+    void drop_text(Node& leaf, uint32_t ti) {
+        uint32_t* link = &leaf.texts;
+        while (*link != ti) link = &texts_[*link].next;
+        *link = texts_[ti].next;
+        garbage_ += texts_[ti].len;
+        texts_[ti] = Text{0, 0, 0, free_text_};
+        free_text_ = ti;
+        if (garbage_ > 4096 && garbage_ * 2 > arena_.size()) {
+            std::string fresh;
+            fresh.reserve(arena_.size() - garbage_);
+            for (Text& t : texts_)
+                if (t.refs != 0) {
+                    uint32_t off = static_cast<uint32_t>(fresh.size());
+                    fresh.append(arena_, t.off, t.len);
+                    t.off = off;
+                }
+            arena_.swap(fresh);
+            garbage_ = 0;
+        }
+    }
+
     std::vector<Node> nodes_;
     std::vector<uint32_t> free_nodes_;
     std::vector<Edge> edges_;

@@ -119,6 +119,26 @@ class _Group:
         return found
 
 
+def _constraints(tokens: Tokens) -> tuple[Tokens, Tokens, int, bool]:
+    """What a query pattern fixes by position: (tokens before its first ``#``, tokens after
+    its last ``#``, its least topic length, whether it has a ``#``). Without ``#`` both ends
+    are the whole pattern."""
+    if MANY not in tokens:
+        return tokens, tokens, len(tokens), False
+    first = tokens.index(MANY)
+    last = len(tokens) - 1 - tokens[::-1].index(MANY)
+    return tokens[:first], tokens[last + 1 :], sum(t is not MANY for t in tokens), True
+
+
+def _narrow(found: BitMap, position: _Position, token: Token) -> BitMap:
+    """``found`` minus the ids whose token at ``position`` is a literal other than ``token``
+    (a query wildcard fixes nothing)."""
+    if not isinstance(token, str):
+        return found
+    literal = position.words.get(token)
+    return found & (literal | position.one if literal is not None else position.one)
+
+
 def _shape(tokens: Tokens) -> tuple[Tokens, Tokens] | None:
     """(tokens before the first ``#``, tokens after the last ``#``); None when some lie
     between (the pattern goes to the trie)."""
@@ -199,6 +219,38 @@ class OptimizedInvertedBitmapMatcher(Matcher):
         group.discard(sub_id, prefix, suffix)
         if not group.members:
             del self._hashed[key]
+
+    def overlap_candidates(self, pattern: str) -> BitMap:
+        """Ids whose pattern may share a topic with ``pattern``: a superset, pruned by the
+        positional rows. A group is kept only if its topic lengths meet the query's; at every
+        position both fix from the same end, a literal of the query keeps only the group's
+        rows for that word and for ``*``. Patterns with tokens between two ``#`` (the trie's)
+        are all candidates. A pattern covered by ``pattern`` shares a topic with it, so this
+        is a superset of those too. O(groups x positions) bitmap operations.
+        """
+        tokens = canonical(self.dialect.parse_pattern(pattern, self.limits))
+        head, tail, least, open_ended = _constraints(tokens)
+        found = BitMap()
+        # list(): copies under the GIL, so a concurrent writer cannot break the walk.
+        groups: list[tuple[_Group, bool]] = [(g, False) for g in list(self._exact.values())]
+        groups += [(g, True) for g in list(self._hashed.values())]
+        for group, hashed in groups:
+            forward, backward = len(group.forward), len(group.backward)
+            if hashed:
+                if not open_ended and least < forward + backward:
+                    continue
+            elif least > forward or (not open_ended and least != forward):
+                continue
+            rows = BitMap(group.members)
+            for position, token in zip(group.forward, head, strict=False):
+                rows = _narrow(rows, position, token)
+            # From the end: a hashed group's backward rows, an exact group's last positions.
+            ends = group.backward if hashed else group.forward[::-1]
+            for position, token in zip(ends, reversed(tail), strict=False):
+                rows = _narrow(rows, position, token)
+            found |= rows
+        found |= BitMap(sub_id for sub_id, _ in self._middle.subscriptions())
+        return found
 
     def match(self, topic: str) -> MatchResult:
         words = self._split(topic)

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from matcher import EMPTY, HeadersMatcher, Matcher, MatcherError, MatchResult, create_matcher
+from matcher.groups import by_hash, select, stable_hash
 from pipeline.codes import DEFAULT_DIALECT, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
 from pipeline.schema import ROUTED_NAMES
 from pipeline.subscriptions import SubscriptionPlan
@@ -141,7 +142,28 @@ class Router:
             self._match_headers(
                 batch.column("headers").to_pylist(), _per_row(tenants, n), hits, codes, details
             )
+        if self.plan.groups:
+            self._choose_members(batch.column("message_id").to_pylist(), hits)
         return hits, codes, details
+
+    def _choose_members(self, message_ids: list[str | None], hits: list[Hits]) -> None:
+        """Shared subscriptions: one member per group, by ``hash(message_id)`` whatever the
+        group's policy (``matcher.groups.by_hash`` over subscription ids, a hash that is the
+        same in every process), so a rerun writes the same deliveries; the service's
+        ``hash`` policy with the message id as key chooses the same member. Only messages
+        whose matches include a member pay for it."""
+        group_of = self.plan.groups
+        ids = self.plan.ids
+        for i, found in enumerate(hits):
+            if not found or group_of.keys().isdisjoint(found):
+                continue
+            key = stable_hash(message_ids[i] or "")
+
+            def pick(_: object, members: Sequence[int], key: int = key) -> int:
+                chosen = by_hash([ids[p] for p in members], key)
+                return next(p for p in members if ids[p] == chosen)
+
+            hits[i] = tuple(select(found, group_of, pick)[0])
 
     def _match_headers(
         self,

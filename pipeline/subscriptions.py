@@ -21,6 +21,7 @@ import pyarrow as pa
 from matcher import HeaderLimits, Limits, MatcherError, check_sub_id
 from pipeline.codes import DEFAULT_ENGINE, DUPLICATE_ID, MISSING_FIELD
 from store import DEFAULT_TENANT, HEADERS_DIALECT, NewSubscription, StoreError, validate
+from store.groups import GroupPolicies
 
 #: Columns a subscriptions table must have; ``tenant``, ``dialect``, ``kind``, ``criteria``
 #: and ``mode`` are optional (the ``topicstore export`` layout has them all).
@@ -61,6 +62,8 @@ class SubscriptionPlan:
     tenants: tuple[str, ...]
     topics: Mapping[tuple[str, str], TopicGroup]
     headers: Mapping[str, HeadersGroup]
+    #: Shared subscriptions: position -> (tenant, group), for grouped ones only.
+    groups: Mapping[int, tuple[str, str]] = field(default_factory=dict)
     plan_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def __len__(self) -> int:
@@ -118,6 +121,8 @@ def _new_subscription(row: Mapping[str, Any]) -> NewSubscription:
         kind=kind,
         criteria=_criteria(row.get("criteria")),
         mode=row.get("mode"),
+        group=row.get("group"),
+        group_policy=row.get("group_policy"),
     )
 
 
@@ -135,7 +140,9 @@ def build_plan(
     """The valid subscriptions of ``table`` as a plan, and every invalid row with its reason.
 
     O(rows x pattern length). A repeated id keeps its first row; the others are rejected
-    (``duplicate_id``), as the store's primary key would.
+    (``duplicate_id``), as the store's primary key would. The first member of a group fixes
+    its policy; a member stating another is rejected (``group_policy_conflict``,
+    ``store.groups``).
     """
     limits = limits if limits is not None else Limits()
     header_limits = header_limits if header_limits is not None else HeaderLimits()
@@ -146,6 +153,8 @@ def build_plan(
     headers: dict[str, list[tuple[int, Criteria, Mode]]] = defaultdict(list)
     rejects: list[SubscriptionReject] = []
     seen: set[int] = set()
+    groups: dict[int, tuple[str, str]] = {}
+    policies = GroupPolicies()
     for row in table.to_pylist():
         raw_id = row.get("id")
         sub_id = raw_id if type(raw_id) is int else None
@@ -155,7 +164,7 @@ def build_plan(
             check_sub_id(raw_id)
             if raw_id in seen:
                 raise _RowError(DUPLICATE_ID, f"subscription id {raw_id} appears more than once")
-            new = validate(_new_subscription(row), limits, header_limits)
+            new = policies.resolve(validate(_new_subscription(row), limits, header_limits))
         except (_RowError, MatcherError, StoreError) as e:
             pattern = row.get("pattern")
             rejects.append(
@@ -174,6 +183,8 @@ def build_plan(
         ids.append(sub_id)
         subscribers.append(new.subscriber)
         tenants.append(new.tenant)
+        if new.group is not None:
+            groups[position] = (new.tenant, new.group)
         if new.kind == "headers":
             assert new.criteria is not None and new.mode is not None
             headers[new.tenant].append((position, new.criteria, new.mode))
@@ -188,5 +199,6 @@ def build_plan(
         tenants=tuple(tenants),
         topics={key: tuple(items) for key, items in topics.items()},
         headers={key: tuple(items) for key, items in headers.items()},
+        groups=groups,
     )
     return plan, rejects

@@ -1,8 +1,10 @@
-"""Durable subscriptions: SQLAlchemy 2 models, the repository, engine setup and migrations,
-on PostgreSQL (production, several replicas) or DuckDB (embedded, one file)."""
+"""Durable subscriptions: SQLAlchemy 2 models, the repositories (subscriptions, audit log),
+engine setup and migrations, on PostgreSQL (production, several replicas) or DuckDB
+(embedded, one file)."""
 
 from __future__ import annotations
 
+from store.audit import MAX_AUDIT_PAGE, AuditEntry, AuditRepository
 from store.db import (
     CHANGES_CHANNEL,
     DEFAULT_DATABASE_URL,
@@ -34,7 +36,10 @@ __all__ = [
     "DEFAULT_DATABASE_URL",
     "DEFAULT_TENANT",
     "HEADERS_DIALECT",
+    "MAX_AUDIT_PAGE",
     "UNAVAILABLE_ERRORS",
+    "AuditEntry",
+    "AuditRepository",
     "Backend",
     "Change",
     "Database",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
@@ -102,10 +102,19 @@ class Database:
                 ) from e
             raise
 
-    def require_schema(self) -> None:
-        """``NoSchemaError`` unless the migrations have created the tables."""
-        if not sa.inspect(self.engine).has_table("subscription"):
+    def require_schema(self, tables: Iterable[str] = ()) -> None:
+        """``NoSchemaError`` unless the migrations have created the tables: the
+        subscriptions and ``tables`` (those the caller uses: a store migrated by an older
+        release lacks newer ones, ``schema_outdated``)."""
+        inspector = sa.inspect(self.engine)
+        if not inspector.has_table("subscription"):
             raise _no_schema(self.url)
+        missing = sorted(table for table in tables if not inspector.has_table(table))
+        if missing:
+            raise NoSchemaError(
+                "schema_outdated",
+                f"the store has no {', '.join(missing)} table yet: run `topicstore migrate`",
+            )
 
     @property
     def is_postgres(self) -> bool:

@@ -1,4 +1,4 @@
-"""Typed SQLAlchemy 2 models: the subscription table and its change log.
+"""Typed SQLAlchemy 2 models: the subscription table, its change log and the audit log.
 
 One naming convention on the metadata keeps constraint names identical on PostgreSQL and
 DuckDB, so one alembic history serves both. Ids come from explicit sequences: DuckDB has no
@@ -48,6 +48,7 @@ class Subscription(Base):
     __table_args__ = (
         sa.UniqueConstraint("tenant", "subscriber", "dialect", "pattern"),
         sa.Index(None, "tenant", "id"),
+        sa.Index(None, "tenant", "group"),
         sa.CheckConstraint("kind IN ('topic', 'headers')", name="kind"),
         sa.CheckConstraint("mode IS NULL OR mode IN ('all', 'any')", name="mode"),
     )
@@ -66,6 +67,11 @@ class Subscription(Base):
     criteria: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)
     mode: Mapped[str | None] = mapped_column(sa.String(8), nullable=True)
     labels: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    # Shared subscriptions (``store.groups``): both null, or both set. PostgreSQL checks it
+    # (``ck_subscription_group_policy``); DuckDB cannot add a CHECK to an existing table,
+    # so there ``validate`` and ``store.groups`` are the guard (as on every write path).
+    group: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    group_policy: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
     created_at: Mapped[datetime] = mapped_column(
         sa.DateTime(timezone=True), server_default=sa.func.now()
     )
@@ -93,6 +99,42 @@ class ChangeLog(Base):
     kind: Mapped[str] = mapped_column(sa.String(16))
     criteria: Mapped[list[Any] | None] = mapped_column(Json, nullable=True)
     mode: Mapped[str | None] = mapped_column(sa.String(8), nullable=True)
+    group: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    group_policy: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
     created_at: Mapped[datetime] = mapped_column(
         sa.DateTime(timezone=True), server_default=sa.func.now()
     )
+
+
+audit_seq = sa.Sequence("audit_log_seq", start=1, metadata=Base.metadata)
+
+#: What an audit row may record (the admin changes).
+AUDIT_ACTIONS: Final = ("create", "delete", "bulk_create", "delete_subscriber")
+
+
+class AuditLog(Base):
+    """One admin change, written in the same transaction as the change: who (the caller's
+    tenant and token name, never the token), what (action and subscription ids), on which
+    tenant, from where (request id, client address) and when. Old rows are purged after the
+    configured retention (``ix_audit_log_created_at`` keeps that delete cheap)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        sa.Index(None, "tenant", "id"),
+        sa.Index(None, "created_at"),
+        sa.CheckConstraint(
+            "action IN (" + ", ".join(f"'{a}'" for a in AUDIT_ACTIONS) + ")", name="action"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger, audit_seq, server_default=audit_seq.next_value(), primary_key=True
+    )
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
+    tenant: Mapped[str] = mapped_column(sa.String(255))
+    action: Mapped[str] = mapped_column(sa.String(32))
+    ids: Mapped[list[Any]] = mapped_column(Json)
+    caller_tenant: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    caller_name: Mapped[str] = mapped_column(sa.String(255))
+    request_id: Mapped[str] = mapped_column(sa.String(255))
+    address: Mapped[str] = mapped_column(sa.String(255))

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias
 
 from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, checked_text, get_dialect
+from matcher.groups import Policy, check_group, check_policy, split_shared
 from store.errors import InvalidSubscriptionError
 
 Kind: TypeAlias = Literal["topic", "headers"]
@@ -38,6 +39,10 @@ class NewSubscription:
     criteria: tuple[tuple[str, str | None], ...] | None = None
     mode: Literal["all", "any"] | None = None
     labels: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    #: Shared subscriptions: the group (MQTT ``$share/{group}/...`` lands here too) and its
+    #: policy (None: the group's current one, or the default; see ``store.groups``).
+    group: str | None = None
+    group_policy: Policy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,8 @@ class StoredSubscription:
     criteria: tuple[tuple[str, str | None], ...] | None
     mode: Literal["all", "any"] | None
     labels: dict[str, Any] | None
+    group: str | None
+    group_policy: Policy | None
     created_at: datetime
 
 
@@ -68,6 +75,8 @@ class Change:
     kind: Kind
     criteria: tuple[tuple[str, str | None], ...] | None
     mode: Literal["all", "any"] | None
+    group: str | None = None
+    group_policy: Policy | None = None
 
 
 def _criterion_order(criterion: tuple[str, str | None]) -> tuple[str, bool, str]:
@@ -88,6 +97,15 @@ def headers_pattern(criteria: tuple[tuple[str, str | None], ...], mode: str) -> 
     """Canonical text of headers criteria: equal criteria give equal text, so the unique
     constraint on (tenant, subscriber, dialect, pattern) covers headers subscriptions."""
     return json.dumps({"mode": mode, "criteria": [list(c) for c in criteria]}, sort_keys=True)
+
+
+def headers_from_pattern(text: str) -> tuple[tuple[tuple[str, str | None], ...], str]:
+    """Criteria and mode back from ``headers_pattern``'s text (a loader rebuilding headers
+    subscriptions from the pattern column alone)."""
+    raw = json.loads(text)
+    criteria = criteria_tuple(raw["criteria"])
+    assert criteria is not None
+    return criteria, str(raw["mode"])
 
 
 #: C0 control characters other than tab (NUL has its own rule, ``nul_byte``).
@@ -147,6 +165,29 @@ def _check_label_text(value: object, depth: int) -> None:
             _check_label_text(item, depth + 1)
 
 
+def _grouped(new: NewSubscription) -> NewSubscription:
+    """``new`` with its group checked, an MQTT ``$share/{group}/{filter}`` split into group
+    and filter (the stored pattern is the filter), and a policy only where there is a
+    group. ``InvalidGroupError`` (a ``MatcherError``) names the broken rule."""
+    group = None if new.group is None else check_group(new.group)
+    pattern = new.pattern
+    if new.kind == "topic" and new.dialect == "mqtt" and isinstance(pattern, str):
+        shared = split_shared(pattern)
+        if shared is not None:
+            if group is not None and group != shared[0]:
+                raise InvalidSubscriptionError(
+                    "group_mismatch",
+                    f"the filter names group {shared[0]!r} and the group field {group!r}",
+                )
+            group, pattern = shared
+    policy = None if new.group_policy is None else check_policy(new.group_policy)
+    if policy is not None and group is None:
+        raise InvalidSubscriptionError(
+            "policy_without_group", "group_policy applies only to a subscription with a group"
+        )
+    return replace(new, group=group, group_policy=policy, pattern=pattern)
+
+
 def validate(
     new: NewSubscription,
     limits: Limits | None = None,
@@ -156,6 +197,7 @@ def validate(
     (both carry a machine-readable ``code``) naming the broken rule."""
     tenant = _name(new.tenant, "tenant")
     subscriber = _name(new.subscriber, "subscriber")
+    new = _grouped(new)
     if new.labels is not None:
         if not isinstance(new.labels, dict):
             raise InvalidSubscriptionError("invalid_labels", "labels must be a JSON object")

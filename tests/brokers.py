@@ -372,3 +372,107 @@ def route_with_nats(
     _check_nats_args(patterns, subjects)
     run = uuid.uuid4().hex
     return asyncio.run(asyncio.wait_for(_route_with_nats(patterns, subjects, run), timeout=timeout))
+
+
+# ------------------------------------------------------------------- shared subscriptions
+
+
+def share_with_mosquitto(
+    filters: Sequence[str], topics: Sequence[str], *, timeout: float = 60.0
+) -> list[set[int]]:
+    """For each topic index, the indices of the filters whose client received it, with one
+    MQTT v5 client per filter (shared subscriptions, ``$share/{group}/{filter}``, balance
+    between sessions, so each member must be a session of its own).
+
+    A separate client publishes every topic at QoS 1 with body ``"<run id>:<index>"``, then
+    a sentinel on a topic every client also subscribes to; Mosquitto delivers one client's
+    messages in order, so a client has everything meant for it once its sentinel arrives.
+    Topics should carry a per-run prefix: shared groups with another run's members would
+    take this run's messages.
+    """
+    run = uuid.uuid4().hex
+    sentinel_topic = f"topicstore-test/{run}/done"
+    deadline = time.monotonic() + timeout
+    states: list[_MqttRun] = []
+    clients: list[mqtt.Client] = []
+    try:
+        for i, topic_filter in enumerate([*filters, None]):
+            state = _MqttRun(run)
+            client = _mqtt_client(f"topicstore-share-{run}-{i}", 10.0)
+            client.on_connect = state.on_connect
+            client.on_disconnect = state.on_disconnect
+            client.on_subscribe = state.on_subscribe
+            client.on_publish = state.on_publish
+            client.on_message = state.on_message
+            client.connect(MQTT_HOST, MQTT_PORT, keepalive=30, clean_start=True)
+            client.loop_start()
+            states.append(state)
+            clients.append(client)
+            state.wait(lambda s=state: s.connack is not None, "waiting for CONNACK", deadline)  # type: ignore[misc]
+            if topic_filter is None:
+                break  # the publisher
+            for sub_id, text in enumerate((topic_filter, sentinel_topic), start=1):
+                properties = Properties(PacketTypes.SUBSCRIBE)  # type: ignore[no-untyped-call]
+                properties.SubscriptionIdentifier = sub_id
+                client.subscribe(text, options=SubscribeOptions(qos=1), properties=properties)
+            state.wait(lambda s=state: len(s.subacks) == 2, "waiting for SUBACKs", deadline)  # type: ignore[misc]
+            refused = [c for codes in state.subacks.values() for c in codes if c.is_failure]
+            if refused:
+                raise RuntimeError(f"Mosquitto refused {topic_filter!r}: {refused}")
+        publisher = clients[-1]
+        for k, topic in enumerate(topics):
+            publisher.publish(topic, f"{run}:{k}".encode(), qos=1)
+            if k % 200 == 199:  # keep each client's outgoing queue far from its limit
+                time.sleep(0.05)
+        publisher.publish(sentinel_topic, f"{run}:done:0".encode(), qos=1)
+        for state in states[:-1]:
+            state.wait(lambda s=state: 0 in s.sentinels, "waiting for the sentinel", deadline)  # type: ignore[misc]
+    finally:
+        for client in clients:
+            client.disconnect()
+            client.loop_stop()
+    received: list[set[int]] = [set() for _ in topics]
+    for i, state in enumerate(states[:-1]):
+        for k in state.routed:
+            received[k].add(i)
+    return received
+
+
+async def _share_with_nats(
+    subscriptions: Sequence[tuple[str, str | None]], subjects: Sequence[str], run: str
+) -> list[set[int]]:
+    nc = await nats.connect(
+        f"nats://{NATS_ADDRESS}", name=f"topicstore-share-{run}", allow_reconnect=False
+    )
+    try:
+        sentinel = await nc.subscribe(f"_topicstore_test.{run}.done")
+        subs = [await nc.subscribe(subject, queue=queue or "") for subject, queue in subscriptions]
+        for k, subject in enumerate(subjects):
+            await nc.publish(subject, f"{run}:{k}".encode())
+        await nc.publish(f"_topicstore_test.{run}.done", f"{run}:done".encode())
+        while (await sentinel.next_msg(timeout=30)).data != f"{run}:done".encode():
+            pass
+        received: list[set[int]] = [set() for _ in subjects]
+        for i, sub in enumerate(subs):
+            while sub.pending_msgs:
+                msg = await sub.next_msg(timeout=5)
+                got_run, _, rest = msg.data.decode("utf-8", "replace").partition(":")
+                if got_run == run and rest != "done":
+                    received[int(rest)].add(i)
+        return received
+    finally:
+        await nc.close()
+
+
+def share_with_nats(
+    subscriptions: Sequence[tuple[str, str | None]],
+    subjects: Sequence[str],
+    *,
+    timeout: float = 60.0,
+) -> list[set[int]]:
+    """For each subject index, the indices of the (subject, queue group or None)
+    subscriptions nats-server delivered it to (queue subscribe: one member per group)."""
+    run = uuid.uuid4().hex
+    return asyncio.run(
+        asyncio.wait_for(_share_with_nats(subscriptions, subjects, run), timeout=timeout)
+    )

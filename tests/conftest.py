@@ -32,6 +32,7 @@ from tests.services import fresh_postgres_database, reset_postgres
 XDIST_GROUPS: Final = {
     "tests/pipeline/": "spark",
     "tests/matcher/test_broker_dialects.py": "brokers",
+    "tests/matcher/test_broker_groups.py": "brokers",
     "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",
 }
 

@@ -28,7 +28,7 @@ class AnalyticsOut(BaseModel):
 @router.get(
     "/analytics/{query}",
     response_model=AnalyticsOut,
-    responses=documented(400, 401, 403, 404, 422),
+    responses=documented(400, 401, 403, 404, 422, 429),
 )
 def analytics(
     query: Annotated[str, PathParam(description=f"One of: {', '.join(QUERIES)}.")],

@@ -1,63 +1,130 @@
-"""Operations: liveness, readiness with the change lag, Prometheus metrics, snapshots."""
+"""Operations: liveness, readiness with the change lag, Prometheus metrics, snapshots.
+
+``/readyz`` and ``/metrics`` answer anyone with the global figures (a load balancer or a
+scraper needs no token); with the operator's token they add the per-tenant counts, which
+would tell one tenant who the others are and how big."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Query, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.dependencies import AdminCaller, ServicesDep
+from app.auth import Caller
+from app.dependencies import AdminCaller, OptionalCaller, ServicesDep
 from app.errors import documented
-from app.schemas import Health, Readiness, SnapshotOut
+from app.schemas import CallerOut, Health, Readiness, SnapshotOut
 from app.services import Services
-from store import UNAVAILABLE_ERRORS
+from loader import RoutingTable
+from loader.readiness import probe
 
 router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz", response_model=Health)
 async def healthz() -> Health:
-    """The process is alive (says nothing about the data)."""
-    return Health(status="ok")
+    """The process is alive (says nothing about the data); ``worker`` is its process id,
+    which tells the workers of ``topicstore serve --workers N`` apart."""
+    return Health(status="ok", worker=os.getpid())
+
+
+def _is_operator(caller: Caller | None) -> bool:
+    return caller is not None and caller.tenant is None
+
+
+def tenant_counts(table: RoutingTable) -> dict[str, int]:
+    """Subscriptions per tenant, summed from ``RoutingTable.sizes()`` (the matchers' own
+    counts: O(tenants x dialects), no catalog scan). Operator-only callers."""
+    counts: dict[str, int] = {}
+    for (tenant, _), size in table.sizes().items():
+        counts[tenant] = counts.get(tenant, 0) + size
+    return dict(sorted(counts.items()))
 
 
 @router.get(
     "/readyz",
     response_model=Readiness,
-    responses={503: {"model": Readiness, "description": "Not loaded or not caught up."}},
+    response_model_exclude_none=True,
+    responses={
+        503: {"model": Readiness, "description": "Not built, not listening, or behind."},
+        **documented(401),
+    },
 )
-def readyz(services: ServicesDep, response: Response) -> Readiness:
-    """200 only when the routing table is loaded and has applied every committed change;
-    503 (this same JSON) while it is not, or while the store does not answer."""
+def readyz(services: ServicesDep, caller: OptionalCaller, response: Response) -> Readiness:
+    """200 when the routing table is built, its change listener alive, and every committed
+    change applied or the oldest one not applied at most ``TOPICSTORE_READY_MAX_LAG_SECONDS``
+    old (5 s); 503 (this same JSON, ``reason`` saying why) otherwise, or while the store
+    does not answer. The operator's token adds ``tenants``; no token gives global figures."""
     loader = services.loader
-    ready = loader.ready.is_set()
-    try:
-        lag = loader.lag() if ready else None
-    except UNAVAILABLE_ERRORS:  # cannot say whether it is caught up: not ready
-        ready, lag = False, None
-    if not ready or lag:
+    verdict = probe(loader, services.settings.ready_max_lag_seconds)
+    if not verdict.ready:
         response.status_code = 503
+    table = loader.table
     return Readiness(
-        ready=ready and not lag, seq=loader.table.seq, lag=lag, subscriptions=len(loader.table)
+        ready=verdict.ready,
+        seq=verdict.seq,
+        lag=verdict.lag,
+        lag_seconds=verdict.lag_seconds,
+        reason=verdict.reason,
+        subscriptions=len(table),
+        tenants=tenant_counts(table) if _is_operator(caller) else None,
     )
 
 
-@router.get("/metrics", response_class=Response)
-def metrics(services: ServicesDep) -> Response:
-    """Prometheus text format."""
-    return Response(generate_latest(services.registry), media_type=CONTENT_TYPE_LATEST)
+def _tenant_series(sizes: Mapping[tuple[str, str], int]) -> bytes:
+    family = GaugeMetricFamily(
+        "topicstore_tenant_subscriptions",
+        "Subscriptions per tenant and dialect (one series each in use; operator token only)",
+        labels=["tenant", "dialect"],
+    )
+    for (tenant, dialect), size in sorted(sizes.items()):
+        family.add_metric([tenant, dialect], size)
+
+    class _Once(Collector):
+        def collect(self) -> Iterable[GaugeMetricFamily]:
+            yield family
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Once())
+    return generate_latest(registry)
+
+
+@router.get("/metrics", response_class=Response, responses=documented(401))
+def metrics(services: ServicesDep, caller: OptionalCaller) -> Response:
+    """Prometheus text format: global series for anyone; with the operator's token also
+    ``topicstore_tenant_subscriptions{tenant=..., dialect=...}`` (give the scraper that token, e.g.
+    Prometheus ``authorization: {credentials: ...}``, to get them)."""
+    text = generate_latest(services.registry)
+    if _is_operator(caller):
+        text += _tenant_series(services.loader.table.sizes())
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get(
+    "/v1/whoami",
+    response_model=CallerOut,
+    tags=["operations"],
+    responses=documented(400, 401, 422),  # 400: a query string the edge checks refuse
+)
+async def whoami(caller: AdminCaller) -> CallerOut:
+    """Who the bearer token is: the operator (any tenant) or one tenant's token. The web
+    console asks once at login, to know whether to offer a tenant field."""
+    if caller.tenant is None:
+        return CallerOut(role="operator", tenant=None)
+    return CallerOut(role="tenant", tenant=caller.tenant)
 
 
 @router.get(
     "/v1/snapshot",
     response_model=SnapshotOut,
     tags=["subscriptions"],
-    responses=documented(400, 401, 403, 422, 503),
+    responses=documented(400, 401, 403, 422, 429, 503),
 )
 def snapshot(
     caller: AdminCaller,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
@@ -13,9 +13,22 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
-from app.schemas import BulkIn, BulkOut, Counts, Deleted, Page, SubscriptionIn, SubscriptionOut
+from app.schemas import (
+    BulkIn,
+    BulkOut,
+    Counts,
+    Deleted,
+    Dialect,
+    Page,
+    RedundantOut,
+    SubscriptionIn,
+    SubscriptionOut,
+)
+from app.table_reads import redundant_patterns, related_page, relation_of
 
-router = APIRouter(prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 503))
+router = APIRouter(
+    prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 429, 503)
+)
 
 SubId = Annotated[int, PathParam(ge=0, lt=2**32, description="Subscription id.")]
 
@@ -43,14 +56,16 @@ register_url_convertor("name", _NameConvertor())
     response_model=SubscriptionOut,
     responses={
         200: {"model": SubscriptionOut, "description": "Already existed: that row."},
-        **documented(403, 413),
+        **documented(403, 409, 413),
     },
 )
 def create_subscription(
     item: SubscriptionIn, caller: AdminCaller, services: ServicesDep, response: Response
 ) -> SubscriptionOut:
     """Create a subscription. The same (tenant, subscriber, dialect, pattern) again returns
-    the existing one with 200 instead of 201."""
+    the existing one with 200 instead of 201. With a ``group`` (or an MQTT
+    ``$share/{group}/{filter}``) it is a shared subscription: a match delivers to one
+    member per group, chosen by the group's ``group_policy``."""
     row, created = services.admin.create(item, caller)
     if not created:
         response.status_code = 200
@@ -81,18 +96,81 @@ def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) 
     return services.admin.get(sub_id, caller)
 
 
+def _label(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` (the query's ``pattern`` guarantees the ``=`` and a key)."""
+    key, _, value = text.partition("=")
+    return key, value
+
+
 @router.get("/subscriptions", response_model=Page, responses=documented(403))
 def list_subscriptions(
     caller: AdminCaller,
     services: ServicesDep,
     subscriber: Annotated[str | None, Query(max_length=255)] = None,
     pattern_prefix: Annotated[str | None, Query(max_length=255)] = None,
-    dialect: Annotated[str | None, Query(max_length=16)] = None,
+    dialect: Annotated[Literal["amqp", "mqtt", "nats", "headers"] | None, Query()] = None,
     tenant: Annotated[str | None, Query(max_length=255)] = None,
     after: Annotated[int | None, Query(ge=0, lt=2**32, description="Last id seen.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    group: Annotated[
+        str | None,
+        Query(max_length=128, description="Only members of this shared-subscription group."),
+    ] = None,
+    label: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            pattern=r"^[^=]+=",
+            description="Only subscriptions whose labels hold KEY=VALUE (the value compared "
+            'as text: `tier=1` finds the number 1 and the string "1").',
+            examples=["team=pay"],
+        ),
+    ] = None,
+    overlaps: Annotated[
+        str | None,
+        Query(
+            max_length=4096,
+            description="Only subscriptions whose pattern shares at least one topic with "
+            "this pattern (valid in ``dialect``, a topic dialect, default amqp; not with "
+            "``covered_by``: 422 ``conflicting_filters``).",
+            examples=["stock.#"],
+        ),
+    ] = None,
+    covered_by: Annotated[
+        str | None,
+        Query(
+            max_length=4096,
+            description="Only subscriptions whose every topic this pattern also matches "
+            "(valid in ``dialect``, a topic dialect, default amqp; not with ``overlaps``: "
+            "422 ``conflicting_filters``).",
+            examples=["stock.*.msft"],
+        ),
+    ] = None,
 ) -> Page:
-    """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back)."""
+    """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back).
+
+    With ``overlaps`` or ``covered_by`` the ids come from the routing table's pruned search,
+    decided exactly; the other filters then apply within each page, which may so hold fewer
+    than ``limit`` items: continue while ``next_after`` is not null."""
+    label_pair = None if label is None else _label(label)
+    search = relation_of(overlaps, covered_by)
+    if search is not None:
+        relation, pattern = search
+        return related_page(
+            services.table(),
+            services.admin,
+            caller,
+            relation=relation,
+            pattern=pattern,
+            dialect=dialect,
+            tenant=tenant,
+            subscriber=subscriber,
+            pattern_prefix=pattern_prefix,
+            group=group,
+            label=label_pair,
+            after=after,
+            limit=limit,
+        )
     return services.admin.page(
         caller,
         tenant=tenant,
@@ -101,6 +179,8 @@ def list_subscriptions(
         dialect=dialect,
         after=after,
         limit=limit,
+        group=group,
+        label=label_pair,
     )
 
 
@@ -132,6 +212,25 @@ def delete_subscriber(
 ) -> Deleted:
     """Delete every subscription of one subscriber."""
     return services.admin.remove_subscriber(subscriber, caller, tenant)
+
+
+@router.get(
+    "/subscribers/{subscriber:name}/redundant",
+    response_model=RedundantOut,
+    responses=documented(403),
+)
+def redundant_subscriptions(
+    subscriber: Annotated[str, PathParam(max_length=255)],
+    caller: AdminCaller,
+    services: ServicesDep,
+    dialect: Dialect = "amqp",
+    tenant: Annotated[str | None, Query(max_length=255)] = None,
+) -> RedundantOut:
+    """The subscriber's patterns in ``dialect`` that another of its patterns covers (every
+    topic of one is a topic of the other), each with a covering one; of equivalent patterns
+    the lowest id is kept, so duplicates count once. At most 10,000 patterns
+    (``too_many_patterns`` beyond)."""
+    return redundant_patterns(services.table(), caller.tenant_for(tenant), subscriber, dialect)
 
 
 @router.get(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,35 @@ def serve(tmp_path: Path) -> Iterator[ServerFactory]:
     yield start
     for server in started:
         server.stop()
+
+
+def kill_mid_writes(server: Server, enough: int) -> list[tuple[int, int]]:
+    """Create subscriptions ``kill.<i>`` through ``server`` from a thread, SIGKILL the
+    server once ``enough`` were acknowledged, and return every acknowledged (i, id): the
+    writes a store must keep. The writer stops at the first failure (the kill), so the i
+    run from 0 without gaps; one more write may have been in flight."""
+    acknowledged: list[tuple[int, int]] = []
+    reached = threading.Event()
+
+    def write() -> None:
+        with server.client(ADMIN_HEADERS) as http_client:
+            for i in range(100_000):
+                try:
+                    response = http_client.post(
+                        "/v1/subscriptions", json={"subscriber": "w", "pattern": f"kill.{i}"}
+                    )
+                except httpx.TransportError:
+                    return
+                if response.status_code != 201:
+                    return
+                acknowledged.append((i, response.json()["id"]))
+                if len(acknowledged) == enough:
+                    reached.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert reached.wait(timeout=120), server.output()
+    server.stop(kill=True)
+    writer.join(timeout=60)
+    assert not writer.is_alive()
+    return acknowledged

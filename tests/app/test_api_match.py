@@ -25,7 +25,11 @@ def test_post_and_get_match_with_distinct_subscribers(client: TestClient) -> Non
     create(client, "other", "stock.*.aapl")
     create(client, "mqtt-client", "stock/+/msft", dialect="mqtt")
 
-    expected = {"subscriptions": sorted([exact, star, hash_]), "subscribers": ["audit", "billing"]}
+    expected = {
+        "subscriptions": sorted([exact, star, hash_]),
+        "subscribers": ["audit", "billing"],
+        "groups": [],
+    }
     posted = client.post("/v1/match", json={"topic": "stock.nasdaq.msft"}, headers=ADMIN_HEADERS)
     assert posted.status_code == 200 and posted.json() == expected
     got = client.get("/v1/match", params={"topic": "stock.nasdaq.msft"}, headers=ADMIN_HEADERS)
@@ -36,7 +40,7 @@ def test_post_and_get_match_with_distinct_subscribers(client: TestClient) -> Non
     assert match_ids(client, "STOCK.nasdaq.msft") == []
     assert match_ids(client, "") == []
     nothing = client.get("/v1/match", params={"topic": "nowhere"}, headers=ADMIN_HEADERS)
-    assert nothing.json() == {"subscriptions": [], "subscribers": []}
+    assert nothing.json() == {"subscriptions": [], "subscribers": [], "groups": []}
 
 
 def test_dialects_match_their_own_subscriptions(client: TestClient) -> None:
@@ -65,13 +69,25 @@ def test_batch_gives_an_error_entry_for_an_invalid_topic(client: TestClient) -> 
     assert response.status_code == 200, response.text
     results = response.json()["results"]
     assert len(results) == len(topics)
-    assert results[0] == {"subscriptions": sorted([one, two]), "subscribers": ["q1", "q2"]}
-    assert results[1] == {"subscriptions": [two], "subscribers": ["q2"]}
+    assert results[0] == {
+        "subscriptions": sorted([one, two]),
+        "subscribers": ["q1", "q2"],
+        "groups": [],
+    }
+    assert results[1] == {"subscriptions": [two], "subscribers": ["q2"], "groups": []}
     assert set(results[2]) == {"error"} and results[2]["error"]["code"] == "topic_too_long"
-    assert results[3] == {"subscriptions": [], "subscribers": []}
+    assert results[3] == {"subscriptions": [], "subscribers": [], "groups": []}
     assert set(results[4]) == {"error"} and results[4]["error"]["code"] == "nul_byte"
-    assert results[5] == {"subscriptions": sorted([one, two, also_q2]), "subscribers": ["q1", "q2"]}
-    assert results[6] == {"subscriptions": [], "subscribers": []}  # '#.z' needs the 'z'
+    assert results[5] == {
+        "subscriptions": sorted([one, two, also_q2]),
+        "subscribers": ["q1", "q2"],
+        "groups": [],
+    }
+    assert results[6] == {
+        "subscriptions": [],
+        "subscribers": [],
+        "groups": [],
+    }  # '#.z' needs the 'z'
 
     empty = client.post("/v1/match/batch", json={"topics": []}, headers=ADMIN_HEADERS)
     assert empty.status_code == 200 and empty.json() == {"results": []}
@@ -122,7 +138,11 @@ def test_tenants_never_see_or_match_each_other(client: TestClient) -> None:
     assert match_ids(client, "iso.x", B_HEADERS) == sorted([b["id"], b_only["id"]])
     assert match_ids(client, "iso.x") == [default["id"]]
     get_a = client.get("/v1/match", params={"topic": "iso.x"}, headers=A_HEADERS)
-    assert get_a.json() == {"subscriptions": [a["id"]], "subscribers": ["shared-name"]}
+    assert get_a.json() == {
+        "subscriptions": [a["id"]],
+        "subscribers": ["shared-name"],
+        "groups": [],
+    }
     batch_a = client.post("/v1/match/batch", json={"topics": ["iso.x"]}, headers=A_HEADERS)
     assert batch_a.json()["results"][0]["subscriptions"] == [a["id"]]
 
@@ -244,3 +264,23 @@ def test_match_auth_can_be_turned_off_for_matches_only(make_client: ClientFactor
     assert client.post("/v1/match/batch", json={"topics": ["open.x"]}).status_code == 200
     refused = client.get("/v1/subscriptions")
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+
+
+def test_a_batch_answer_past_max_batch_matches_is_refused(make_client: ClientFactory) -> None:
+    """The answer's size is bounded: matches are counted slice by slice (``BATCH_SLICE``
+    topics), and a batch whose answer would pass ``max_batch_matches`` is a 413 naming the
+    setting, however few topics it has; at the bound it is answered."""
+    client = make_client(max_batch_matches=2_500)
+    body = [{"subscriber": f"s{i}", "pattern": "wide.#"} for i in range(2)]
+    stored = client.post("/v1/subscriptions/bulk", json={"items": body}, headers=ADMIN_HEADERS)
+    assert stored.status_code == 200, stored.text
+    exactly = ["wide.x"] * 1_250  # two slices, 2 matches each: 2,500 matches
+    answered = client.post("/v1/match/batch", json={"topics": exactly}, headers=ADMIN_HEADERS)
+    assert answered.status_code == 200, answered.text
+    assert len(answered.json()["results"]) == 1_250
+    over = client.post(
+        "/v1/match/batch", json={"topics": [*exactly, "wide.y"]}, headers=ADMIN_HEADERS
+    )
+    assert over.status_code == 413, over.text
+    error = over.json()["error"]
+    assert error["code"] == "batch_answer_too_large" and "max_batch_matches" in error["message"]

@@ -10,7 +10,6 @@ import json
 import re
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.app.conftest import (
     B_HEADERS,
     TENANTS,
     ServerFactory,
+    kill_mid_writes,
 )
 
 WIRE_MAX_BODY = 4096
@@ -57,10 +57,10 @@ def test_startup_loads_the_store_then_is_ready_with_no_lag(
 
     server = serve(**settings_for(store_url, shadow_every="1"))
     ready = server.wait_until("/readyz", 200).json()
-    assert ready == {"ready": True, "seq": 40, "lag": 0, "subscriptions": 40}
+    assert ready == {"ready": True, "seq": 40, "lag": 0, "lag_seconds": 0.0, "subscriptions": 40}
     with server.client(A_HEADERS) as http_client:
         response = http_client.get("/v1/match", params={"topic": "boot.7.x"})
-        assert response.json() == {"subscriptions": [8], "subscribers": ["s7"]}
+        assert response.json() == {"subscriptions": [8], "subscribers": ["s7"], "groups": []}
     metrics = httpx.get(server.url + "/metrics").text
     assert re.search(r"^topicstore_subscriptions 40\.0$", metrics, re.M), metrics
     assert re.search(r"^topicstore_ready 1\.0$", metrics, re.M)
@@ -232,30 +232,7 @@ def test_writes_acknowledged_before_a_kill_survive_it(serve: ServerFactory, stor
     shutdown at all): every 201 it got must be matched by the next server."""
     first = serve(**settings_for(store_url))
     first.wait_until("/readyz", 200)
-    acknowledged: list[tuple[int, int]] = []  # (i, id)
-    enough = threading.Event()
-
-    def write() -> None:
-        with first.client(ADMIN_HEADERS) as http_client:
-            for i in range(100_000):
-                try:
-                    response = http_client.post(
-                        "/v1/subscriptions", json={"subscriber": "w", "pattern": f"kill.{i}"}
-                    )
-                except httpx.TransportError:
-                    return
-                if response.status_code != 201:
-                    return
-                acknowledged.append((i, response.json()["id"]))
-                if len(acknowledged) == 60:
-                    enough.set()
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    assert enough.wait(timeout=120), first.output()
-    first.stop(kill=True)
-    writer.join(timeout=60)
-    assert not writer.is_alive()
+    acknowledged = kill_mid_writes(first, enough=60)
 
     second = serve(**settings_for(store_url))
     second.wait_until("/readyz", 200)
@@ -333,7 +310,11 @@ def test_dev_mode_announces_its_token_and_the_cli_goes_through_the_server(
     sub_id = result["id"]
     matched = _cli(tmp_path, "match", "cli.a.x", "--json", **cli_settings)
     assert matched.returncode == 0, matched.stderr
-    assert json.loads(matched.stdout) == {"subscriptions": [sub_id], "subscribers": ["cli-queue"]}
+    assert json.loads(matched.stdout) == {
+        "subscriptions": [sub_id],
+        "subscribers": ["cli-queue"],
+        "groups": [],
+    }
     with server.client({"Authorization": f"Bearer {token}"}) as http_client:
         row = http_client.get(f"/v1/subscriptions/{sub_id}").json()
         assert (row["subscriber"], row["pattern"]) == ("cli-queue", "cli.*.x")

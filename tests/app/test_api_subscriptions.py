@@ -318,12 +318,14 @@ def test_headers_subscriptions_and_match(client: TestClient) -> None:
     assert matched({"type": "order", "region": "eu"}) == {
         "subscriptions": [all_of["id"]],
         "subscribers": ["orders"],
+        "groups": [],
     }
     assert matched({"type": "order", "region": "us"})["subscriptions"] == []
     assert matched({"type": "refund"})["subscriptions"] == [any_of["id"]]
     assert matched({"vip": "", "trace": "1"}) == {
         "subscriptions": sorted([any_of["id"], present["id"]]),
         "subscribers": ["audit", "tracing"],
+        "groups": [],
     }
     assert matched({})["subscriptions"] == []
     # Headers subscriptions never answer topic matches.
@@ -375,3 +377,26 @@ def test_export_is_parquet_with_every_row_of_the_tenant(client: TestClient) -> N
     )
     assert empty.headers["x-row-count"] == "0"
     assert pq.read_table(io.BytesIO(empty.content)).num_rows == 0
+
+
+def test_list_by_group_and_label(client: TestClient) -> None:
+    """``group`` lists a shared-subscription group's members; ``label=KEY=VALUE`` the
+    subscriptions whose labels hold it (the value compared as text), on both backends."""
+    w1 = create(client, "w1", "jobs.#", group="workers", group_policy="round_robin")
+    w2 = create(client, "w2", "jobs.#", group="workers", labels={"team": "pay", "tier": 1})
+    create(client, "solo", "jobs.#", labels={"team": "ops"})
+    numbered = create(client, "n", "other.#", labels={"tier": "1"})
+
+    def ids(**params: str) -> list[int]:
+        page = client.get("/v1/subscriptions", params=params, headers=ADMIN_HEADERS)
+        assert page.status_code == 200, page.text
+        return [row["id"] for row in page.json()["items"]]
+
+    assert ids(group="workers") == [w1["id"], w2["id"]]
+    assert ids(group="nobody") == []
+    assert ids(label="team=pay") == [w2["id"]]
+    assert ids(label="tier=1") == [w2["id"], numbered["id"]]
+    assert ids(label="team=pay", group="workers") == [w2["id"]]
+    assert ids(label="absent=x") == []
+    refused = client.get("/v1/subscriptions", params={"label": "nokey"}, headers=ADMIN_HEADERS)
+    assert refused.status_code == 422, refused.text

@@ -137,13 +137,14 @@ def test_match_prints_one_subscriber_a_line(tmp_path: Path) -> None:
     assert json.loads(as_json.stdout) == {
         "subscriptions": [1, 2],
         "subscribers": ["alice", "grace, inc"],
+        "groups": [],
     }
     listed = run_cli(tmp_path, "sub", "ls")
     assert listed.stdout.splitlines() == [
-        "ID  SUBSCRIBER  DIALECT  PATTERN  LABELS",
-        "1   alice       amqp     a.*      team=x",
-        "2   grace, inc  amqp     a.#      team=x",
-        "3   bob         amqp     b.#      team=x",
+        "ID  SUBSCRIBER  DIALECT  PATTERN  GROUP  LABELS",
+        "1   alice       amqp     a.*      -      team=x",
+        "2   grace, inc  amqp     a.#      -      team=x",
+        "3   bob         amqp     b.#      -      team=x",
     ]
 
 

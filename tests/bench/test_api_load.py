@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bench.api_load import BATCH, HEALTHZ, MATCH, run_api_load
+from bench.api_load import BATCH, FAN_OUTS, HEALTHZ, MATCH, fan_out_label, run_api_load
 from bench.loadgen import wrk_path
 from bench.workloads import market_workload, topic_for
 from matcher import create_matcher
@@ -21,16 +21,18 @@ def test_tiny_run_has_every_row(client: str) -> None:
         # `make setup` installs wrk where it can (root): on CI a missing wrk is a failure.
         require(wrk_path() is not None, "wrk", hint="apt-get install wrk")
     table = run_api_load(1_000, 1.0, batch_topics=50, rounds=1, connections=2, client=client)
-    assert [row[0] for row in table.rows] == [HEALTHZ, MATCH, f"{BATCH} (50)"]
+    fan_outs = [fan_out_label(n) for n in FAN_OUTS]
+    assert [row[0] for row in table.rows] == [HEALTHZ, MATCH, *fan_outs, f"{BATCH} (50)"]
     assert all(len(row) == len(table.columns) for row in table.rows)
     for row in table.rows:
         requests_per_s, p50, p99 = row[1:4]
         assert isinstance(requests_per_s, float) and requests_per_s > 0, row
         assert isinstance(p50, float) and isinstance(p99, float) and 0 < p50 <= p99, row
-    batch_requests, batch_topics = table.rows[2][1], table.rows[2][4]
+    batch_requests, batch_topics = table.rows[-1][1], table.rows[-1][4]
     assert isinstance(batch_requests, float)
     assert batch_topics == pytest.approx(batch_requests * 50)
     assert table.rows[1][6] and table.rows[1][7] in ("yes", "no")
+    assert table.rows[2][7] in ("yes", "no")  # 14 matches: the stated target
     assert any(f"client: {client}" in note for note in table.notes)
     assert any("1,000 subscriptions" in note for note in table.notes)
 

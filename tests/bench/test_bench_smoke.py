@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from app.cli import app
 from bench.adversarial import ROW_LABELS as ADVERSARIAL_LABELS
 from bench.adversarial import STATEFUL, TIMEOUT
-from bench.api_load import BATCH, HEALTHZ, MATCH
+from bench.api_load import BATCH, FAN_OUTS, HEALTHZ, MATCH, fan_out_label
 from bench.baseline import DictTrie, MemoizedDictTrie
 from bench.concurrency import EXCLUDED as CONCURRENCY_EXCLUDED
 from bench.cs_trie_load import LOAD_SUBJECTS
@@ -52,8 +52,25 @@ EXPECTED_ROWS: dict[str, list[str]] = {
         ADVERSARIAL_LABELS[BASELINE],
     ],
     "cs_trie_load": [e for e in ENGINE_ROWS if e in LOAD_SUBJECTS],
-    "api_load": [HEALTHZ, MATCH, f"{BATCH} ({QUICK.api_batch_topics:,})"],
+    "api_load": [
+        HEALTHZ,
+        MATCH,
+        *(fan_out_label(n) for n in FAN_OUTS),
+        f"{BATCH} ({QUICK.api_batch_topics:,})",
+    ],
+    "batch_fanout": ["1", "2", "14", "131"],
+    "slow_clients": [
+        f"{probe}, {phase}"
+        for phase in ("before", "while hanging")
+        for probe in ("/healthz", "/v1/match")
+    ],
+    # QUICK's 300 slow clients stay under the cap: every one is held to the deadline.
+    "slow_clients_cut": ["answered 408 request_timeout"],
     "store_load": [f"{QUICK.store_sizes[0]:,}"],
+    "import_load": [
+        f"{backend}, {QUICK.import_sizes[0]:,}" for backend in ("PostgreSQL", "DuckDB")
+    ],
+    "startup": ["postgresql", "duckdb"],
     "propagation": ["subscribe A -> B"],
 }
 #: tests/pipeline runs the pipeline table on its own shared Spark session.
@@ -84,7 +101,11 @@ def test_registry_names_every_table() -> None:
         "adversarial",
         "cs_trie_load",
         "api_load",
+        "batch_fanout",
+        "slow_clients",
         "store_load",
+        "import_load",
+        "startup",
         "propagation",
         "pipeline",
     ]
@@ -102,7 +123,8 @@ def test_quick_suite_writes_every_table_for_every_engine(tmp_path: Path) -> None
     tables = run(tmp_path / "out", list(ENGINES), quick=True, tables=SUITE_TABLES)
     assert [table.name for table in tables] == list(EXPECTED_ROWS)
     for table in tables:
-        assert [row[0] for row in table.rows] == _dedupe(EXPECTED_ROWS[table.name]), table.name
+        labels = _dedupe([str(row[0]) for row in table.rows])  # startup: 2 rows per store
+        assert labels == _dedupe(EXPECTED_ROWS[table.name]), table.name
         assert all(len(row) == len(table.columns) for row in table.rows), table.name
         assert format_table(table) == (tmp_path / "out" / f"{table.name}.txt").read_text(
             encoding="utf-8"

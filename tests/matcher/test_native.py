@@ -195,3 +195,45 @@ def test_readers_on_the_general_path_do_not_share_words() -> None:
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors[0]
+
+
+def test_text_arena_compacts_and_keeps_every_pattern() -> None:
+    """Pattern texts live in one arena; removing most of them compacts it (the core's own
+    check verifies the accounting) and every remaining id keeps its exact text, including
+    two non-canonical spellings sharing a node."""
+    m = create_matcher("native", "amqp")
+    patterns = {i: f"w{i % 7}.{'x' * (i % 40)}.{i}" for i in range(1, 6_000)}
+    m.subscribe_many(patterns.items())
+    m.subscribe(10_000, "a.#.*")
+    m.subscribe(10_001, "a.*.#")  # the same canonical node, another text
+    m._check()
+    for i in list(patterns)[: len(patterns) - 50]:
+        assert m.unsubscribe(i)
+        del patterns[i]
+    m._check()
+    assert dict(m.subscriptions()) == {**patterns, 10_000: "a.#.*", 10_001: "a.*.#"}
+    assert sorted(m.match("a.b")) == [10_000, 10_001]
+    assert m.unsubscribe(10_000)
+    m._check()
+    assert dict(m.subscriptions()) == {**patterns, 10_001: "a.*.#"}
+
+
+def test_subscribe_arrays_is_all_or_nothing() -> None:
+    """The columnar bulk path: indexed only when every item is plainly valid, new, and
+    in increasing id order; otherwise -1 and nothing changed (the caller falls back)."""
+    import numpy as np
+
+    def columns(items: list[tuple[int, str]]) -> tuple[object, object, object]:
+        data = "".join(p for _, p in items).encode()
+        offsets = np.cumsum([0, *(len(p.encode()) for _, p in items)]).astype(np.int32)
+        return np.array([i for i, _ in items], np.int64), offsets, np.frombuffer(data, np.uint8)
+
+    m = NativeMatcher("amqp")
+    assert m.subscribe_arrays(*columns([(1, "a.*"), (2, "é.b")])) == -1  # not ASCII
+    assert m.subscribe_arrays(*columns([(2, "a.*"), (1, "b")])) == -1  # not increasing
+    assert m.subscribe_arrays(*columns([(1, "a.b"), (2, "")])) == -1  # an empty pattern
+    assert len(m) == 0
+    assert m.subscribe_arrays(*columns([(1, "a.*"), (5, "a.#")])) == 2
+    assert m.subscribe_arrays(*columns([(5, "a.#")])) == -1  # present already
+    assert sorted(m.match("a.b")) == [1, 5]
+    m._check()

@@ -46,7 +46,7 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
 def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
     db = empty_database
     upgrade(db.url)
-    assert _tables(db) == {"subscription", "change_log"}
+    assert _tables(db) == {"subscription", "change_log", "audit_log"}
     # The schema the migrations build is the schema the models describe.
     for table in Base.metadata.sorted_tables:
         expected = {c.name: bool(c.nullable) for c in table.columns}
@@ -55,7 +55,7 @@ def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
     downgrade(db.url, "base")
     assert _tables(db) == set()
     upgrade(db.url)
-    assert _tables(db) == {"subscription", "change_log"}
+    assert _tables(db) == {"subscription", "change_log", "audit_log"}
 
 
 def test_alembic_check_finds_no_drift_on_postgres() -> None:
@@ -86,3 +86,53 @@ def test_a_second_process_cannot_open_the_duckdb_file(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr
     assert done.stdout.strip() == "database_locked"
     owner.dispose()
+
+
+def test_a_duckdb_file_killed_right_after_migrating_still_opens(tmp_path: Path) -> None:
+    """DuckDB cannot replay 0003's ADD COLUMN from its write-ahead log (the id column
+    defaults to nextval): ``upgrade`` checkpoints, so a process that dies right after
+    migrating (no clean close, no checkpoint of DuckDB's own) leaves a file that opens
+    (without the checkpoint this file failed to open: "Failure while replaying WAL")."""
+    url = f"duckdb:///{tmp_path / 'killed.duckdb'}"
+    script = (
+        "import os\n"
+        "from migrations.runner import upgrade\n"
+        "from store import Database\n"
+        f"db = Database({url!r})\n"  # holds the file open, as the service does
+        "upgrade(db.url)\n"
+        "with db.engine.begin() as c:\n"
+        '    c.exec_driver_sql("INSERT INTO subscription (tenant, subscriber, pattern, dialect, '
+        "\\\"group\\\", group_policy) VALUES ('t', 's', 'a', 'amqp', 'g', 'hash')\")\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    db = Database(url)
+    with db.engine.connect() as conn:
+        rows = conn.exec_driver_sql('SELECT "group", group_policy FROM subscription').all()
+    assert [tuple(r) for r in rows] == [("g", "hash")]
+    db.dispose()
+
+
+def test_0003_groups_keeps_existing_rows_both_ways(empty_database: Database) -> None:
+    """Rows stored before shared subscriptions existed are ungrouped after upgrading, and
+    survive a downgrade to 0002_audit (the columns go, the rows stay)."""
+    db = empty_database
+    upgrade(db.url, "0002_audit")
+    insert = (
+        "INSERT INTO subscription (tenant, subscriber, pattern, dialect) "
+        "VALUES ('t', 's', 'a.#', 'amqp')"
+    )
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql(insert)
+    upgrade(db.url, "0003_groups")
+    with db.engine.connect() as conn:
+        rows = conn.exec_driver_sql('SELECT pattern, "group", group_policy FROM subscription')
+        assert [tuple(r) for r in rows] == [("a.#", None, None)]
+    downgrade(db.url, "0002_audit")
+    assert "group" not in _columns(db, "subscription")
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT pattern FROM subscription").scalars().all() == ["a.#"]
+    upgrade(db.url)

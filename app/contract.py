@@ -1,0 +1,246 @@
+"""The constraints the service enforces, stated in its OpenAPI document.
+
+The request models stay lenient on purpose (the service checks names, patterns and topics
+itself, once, in ``store.records.validate`` and the matchers, and answers with the code of
+the broken rule); this module writes those rules into the generated document, so a client
+or a fuzzer reading it knows them: non-empty subscriber, no control characters in names
+and patterns, no NUL anywhere, the batch limits, which fields each kind of subscription
+takes, the header limits.
+
+Two rules JSON Schema cannot state are said in the fields' descriptions: a limit in UTF-8
+bytes (``maxLength`` counts characters, so it is stated as well but is the looser bound)
+and a dialect's grammar (a topic or pattern valid in the request's dialect, e.g. NATS
+refuses an empty topic and empty tokens). They are not custom ``format``s: a fuzzer cannot
+tell a value of an unknown format from one that is not, and would call every value a
+violation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from fastapi import FastAPI
+
+from app.settings import Settings
+from matcher.headers import HeaderLimits
+from store.records import MAX_LABELS_BYTES, MAX_LABELS_DEPTH, MAX_NAME_BYTES
+
+NO_NUL: Final = "^[^\\u0000]*$"
+#: C0 control characters other than tab (and NUL) are refused in names and patterns.
+NO_CONTROLS: Final = "^[^\\u0000-\\u0008\\u000a-\\u001f]*$"
+
+RULES: Final = {
+    "name": f"1 to {MAX_NAME_BYTES} UTF-8 bytes, no control character but tab",
+    "topic": "a topic (routing key) valid in the request's dialect, at most "
+    "TOPICSTORE_MAX_TOPIC_BYTES UTF-8 bytes, without NUL (amqp: any, the empty one too; "
+    "mqtt: not empty, no + or #; nats: not empty, no empty token, no whitespace)",
+    "pattern": "a pattern valid in the subscription's dialect, at most "
+    "TOPICSTORE_MAX_TOPIC_BYTES UTF-8 bytes, no control character but tab",
+}
+
+
+def _text(max_length: int, pattern: str, rule: str | None = None, **more: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "maxLength": max_length, "pattern": pattern}
+    if rule is not None:
+        schema["description"] = RULES[rule]
+    return {**schema, **more}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _subscription_in(settings: Settings) -> dict[str, Any]:
+    """``SubscriptionIn`` as the service reads it: a topic subscription or a headers one,
+    each with only its own fields."""
+    limits = HeaderLimits()
+    name = _text(MAX_NAME_BYTES, NO_CONTROLS, "name", minLength=1)
+    common = {
+        "subscriber": name,
+        "tenant": _nullable(_text(MAX_NAME_BYTES, NO_CONTROLS)),
+        "labels": _nullable({"$ref": "#/components/schemas/Labels"}),
+    }
+    topic_fields = {
+        **common,
+        "kind": {"const": "topic"},
+        "pattern": _text(settings.max_topic_bytes, NO_CONTROLS, "pattern"),
+        "criteria": {"type": "null"},
+        "mode": {"type": "null"},
+    }
+    amqp = {
+        "type": "object",
+        "title": "AmqpSubscriptionIn",
+        "description": "dialect amqp (the default): the empty pattern is valid too.",
+        "additionalProperties": False,
+        "required": ["subscriber"],
+        "properties": {**topic_fields, "dialect": _nullable({"const": "amqp"})},
+    }
+    mqtt_nats = {
+        "type": "object",
+        "title": "MqttNatsSubscriptionIn",
+        "description": "dialect mqtt or nats: a pattern is required (not empty).",
+        "additionalProperties": False,
+        "required": ["subscriber", "dialect", "pattern"],
+        "properties": {**topic_fields, "dialect": {"enum": ["mqtt", "nats"]}},
+    }
+    headers = {
+        "type": "object",
+        "title": "HeadersSubscriptionIn",
+        "additionalProperties": False,
+        "required": ["subscriber", "kind", "criteria", "mode"],
+        "properties": {
+            **common,
+            "kind": {"const": "headers"},
+            "criteria": {
+                "type": "object",
+                "minProperties": 1,
+                "maxProperties": limits.max_criteria,
+                "propertyNames": _text(limits.max_field_bytes, NO_NUL),
+                "additionalProperties": _nullable(_text(limits.max_value_bytes, NO_NUL)),
+            },
+            "mode": {"enum": ["all", "any"]},
+            "pattern": {"const": ""},
+            "dialect": {"type": "null"},
+        },
+    }
+    return {
+        "oneOf": [amqp, mqtt_nats, headers],
+        "description": "A topic subscription (pattern, dialect) or a headers one (kind "
+        "'headers', criteria, mode); a field of the other kind is refused.",
+    }
+
+
+def _labels() -> dict[str, Any]:
+    """Labels: a JSON object whose strings (keys too) hold no NUL, nested at most
+    ``MAX_LABELS_DEPTH`` levels (unrolled: JSON Schema has no depth bound), at most
+    ``MAX_LABELS_BYTES`` of JSON (not statable; said in the description)."""
+    scalars: list[dict[str, Any]] = [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+    ]
+    # The deepest level may hold scalars and empty containers only.
+    value: dict[str, Any] = {
+        "anyOf": [
+            *scalars,
+            {"type": "array", "maxItems": 0},
+            {"type": "object", "maxProperties": 0},
+        ]
+    }
+    for _ in range(MAX_LABELS_DEPTH - 1):
+        value = {
+            "anyOf": [
+                *scalars,
+                {"type": "array", "items": value},
+                {
+                    "type": "object",
+                    "propertyNames": {"pattern": NO_NUL},
+                    "additionalProperties": value,
+                },
+            ]
+        }
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": NO_NUL},
+        "additionalProperties": value,
+        "description": f"Free-form, at most {MAX_LABELS_DEPTH} levels deep and "
+        f"{MAX_LABELS_BYTES} bytes of JSON.",
+    }
+
+
+#: Query and path parameters by name: what the service enforces on them. No string
+#: parameter holds NUL: the URL check refuses one anywhere (400 ``nul_byte``), so every
+#: free-text parameter is listed here.
+_PARAMETERS: Final[dict[str, Callable[[Settings], dict[str, Any]]]] = {
+    "tenant": lambda s: _text(MAX_NAME_BYTES, NO_NUL),
+    "subscriber": lambda s: _text(MAX_NAME_BYTES, NO_NUL),
+    "pattern_prefix": lambda s: _text(MAX_NAME_BYTES, NO_NUL),
+    "topic": lambda s: _text(s.max_topic_bytes, NO_NUL, "topic"),
+    # The listing's searches: a pattern of the request's dialect (its grammar and the byte
+    # limit are in the route's description, which is kept).
+    "overlaps": lambda s: _text(s.max_topic_bytes, NO_NUL),
+    "covered_by": lambda s: _text(s.max_topic_bytes, NO_NUL),
+    # A group's hash key: its byte limit is checked when a hash group needs the key, so it
+    # stays in the description; no maxLength the service would not enforce.
+    "key": lambda s: {"type": "string", "pattern": NO_NUL},
+    # The listing's group and label filters (the label: KEY=VALUE with a key).
+    "group": lambda s: _text(128, NO_NUL),
+    "label": lambda s: _text(512, "^[^=\\u0000]+=[^\\u0000]*$"),
+}
+#: Operations anyone may call, where the operator's token adds per-tenant figures.
+OPTIONAL_TOKEN: Final = ("/readyz", "/metrics")
+
+
+def state_constraints(document: dict[str, Any], settings: Settings) -> None:
+    """Write the service's rules into ``document`` (FastAPI's generated OpenAPI)."""
+    schemas = document["components"]["schemas"]
+    schemas["SubscriptionIn"] = _subscription_in(settings)
+    schemas["Labels"] = _labels()
+    batch = settings.max_batch
+    schemas["BulkIn"]["properties"]["items"]["maxItems"] = batch
+    schemas["BulkIn"]["properties"]["items"]["items"] = {
+        "anyOf": [{"$ref": "#/components/schemas/SubscriptionIn"}, {}],
+        "description": "Each a SubscriptionIn; one that is not gets its own error result.",
+    }
+    topic = _text(settings.max_topic_bytes, NO_NUL, "topic")
+    schemas["MatchIn"]["properties"]["topic"] = topic
+    schemas["BatchIn"]["properties"]["topics"]["maxItems"] = batch
+    limits = HeaderLimits()
+    schemas["HeadersMatchIn"]["properties"]["headers"] = {
+        "type": "object",
+        "maxProperties": limits.max_fields,
+        "propertyNames": _text(limits.max_field_bytes, NO_NUL),
+        "additionalProperties": _text(limits.max_value_bytes, NO_NUL),
+    }
+    for path in OPTIONAL_TOKEN:
+        # An empty requirement: the token is optional (OpenAPI 3's way to say so).
+        document["paths"][path]["get"]["security"] = [{"HTTPBearer": []}, {}]
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                parameter["schema"] = _not_null(parameter["schema"])
+                rule = _PARAMETERS.get(parameter["name"])
+                schema = parameter["schema"]
+                if rule is None or "enum" in str(schema):
+                    continue
+                if schema.get("type") == "array":  # repeatable: the rule holds for each
+                    schema["items"] = _merged(rule(settings), schema.get("items", {}))
+                else:
+                    parameter["schema"] = _merged(rule(settings), schema)
+
+
+def _not_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A parameter is absent or a value: ``X | None`` in Python is just ``X`` in a URL (a
+    "null" alternative would tell a client it may send something for it)."""
+    options = [o for o in schema.get("anyOf", []) if o != {"type": "null"}]
+    if len(options) != 1 or len(options) == len(schema.get("anyOf", [])):
+        return schema
+    return {**options[0], **_kept(schema)}
+
+
+def _merged(rule: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
+    """``rule`` with the declared schema's title, description and default; of two length
+    bounds (the rule's, the route's ``max_length``) the tighter, as both are enforced."""
+    merged = {**rule, **_kept(declared)}
+    if "maxLength" in rule and "maxLength" in declared:
+        merged["maxLength"] = min(rule["maxLength"], declared["maxLength"])
+    return merged
+
+
+def _kept(schema: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in schema.items() if k in ("title", "description", "default")}
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    """Make ``app.openapi()`` return the document with the rules stated."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = generate()
+            state_constraints(document, settings)
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,58 @@
+"""Audit API: the log of admin changes, a thin shell over ``AdminOperations.audit_page``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.dependencies import AdminCaller, ServicesDep
+from app.errors import documented
+from app.schemas import AuditAction, AuditPage
+
+router = APIRouter(prefix="/v1", tags=["audit"], responses=documented(400, 401, 422, 429, 503))
+
+
+@router.get("/audit", response_model=AuditPage, responses=documented(403))
+def list_audit(
+    caller: AdminCaller,
+    services: ServicesDep,
+    tenant: Annotated[
+        str | None,
+        Query(max_length=255, description="Operator: one tenant (default: all of them)."),
+    ] = None,
+    action: AuditAction | None = None,
+    since: Annotated[
+        datetime | None,
+        Query(
+            alias="from",
+            description="Rows at or after this time (ISO 8601; no offset: UTC). From "
+            "1970-01-01 to before 9999-01-01 UTC, else 422 ``time_out_of_range``.",
+            examples=["2026-11-24T00:00:00Z"],
+        ),
+    ] = None,
+    until: Annotated[
+        datetime | None,
+        Query(
+            alias="to",
+            description="Rows before this time (same form and range as ``from``).",
+            examples=["2026-11-25T00:00:00Z"],
+        ),
+    ] = None,
+    after: Annotated[int | None, Query(ge=0, lt=2**63, description="Last id seen.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> AuditPage:
+    """Admin changes in id order (keyset pagination: pass ``next_after`` back as
+    ``after``). The operator sees every tenant's; a tenant token only its own tenant's
+    (another tenant → 403 ``wrong_tenant``). Times outside 1970 to 9999 are refused
+    (``time_out_of_range``)."""
+    return services.admin.audit_page(
+        caller,
+        tenant=tenant,
+        action=action,
+        since=since,
+        until=until,
+        after=after,
+        limit=limit,
+    )

@@ -1,0 +1,95 @@
+"""A store with a million subscriptions, made once and reused: PostgreSQL database
+``topicstore_1m`` on the local server, or a DuckDB file. Rows go in with one COPY (or one
+Arrow insert), not through the API: the startup bench measures reading them, not writing.
+
+Rows are distinct ``market_subscriptions`` (five-word AMQP patterns, 1,000 subscribers, tenant
+``default``) with ids 1..count; the change log is left empty (seq 0), as after a bulk import
+whose log was compacted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from bench.scratch_db import DEFAULT_ADMIN_URL, libpq_dsn
+from bench.workloads import market_subscriptions
+from migrations.runner import upgrade
+
+BIG_DATABASE: Final = "topicstore_1m"
+BIG_COUNT: Final = 1_000_000
+
+
+def _columns(count: int, seed: int) -> pa.Table:
+    # A few pairs repeat (the unique key would refuse them): draw a little more, keep firsts.
+    pairs = list(dict.fromkeys(market_subscriptions(count + count // 50 + 100, seed)))[:count]
+    return pa.table(
+        {
+            "id": pa.array(range(1, count + 1), pa.int64()),
+            "tenant": pa.array(["default"] * count),
+            "subscriber": pa.array([s for s, _ in pairs]),
+            "pattern": pa.array([p for _, p in pairs]),
+            "dialect": pa.array(["amqp"] * count),
+            "kind": pa.array(["topic"] * count),
+        }
+    )
+
+
+def big_postgres(count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -> str:
+    """The URL of ``topicstore_1m`` (``topicstore_<count>`` for another count) holding
+    exactly ``count`` rows (made if missing or of another size)."""
+    name = BIG_DATABASE if count == BIG_COUNT else f"topicstore_{count}"
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(libpq_dsn(admin_url), autocommit=True) as admin:
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    upgrade(url)
+    with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM subscription").fetchone()
+        if row is not None and row[0] == count:
+            return url
+        conn.execute("TRUNCATE subscription, change_log")
+        table = _columns(count, seed)
+        names = table.column_names
+        with (
+            conn.cursor() as cursor,
+            cursor.copy(
+                sql.SQL("COPY subscription ({}) FROM STDIN").format(
+                    sql.SQL(", ").join(map(sql.Identifier, names))
+                )
+            ) as copy,
+        ):
+            for row_ in zip(*(table.column(n).to_pylist() for n in names), strict=True):
+                copy.write_row(row_)
+        conn.execute("SELECT setval('subscription_id_seq', %s)", (count,))
+        conn.execute("VACUUM ANALYZE subscription")
+    return url
+
+
+def big_duckdb(path: Path, count: int = BIG_COUNT, seed: int = 0) -> str:
+    """The URL of a DuckDB file at ``path`` holding exactly ``count`` rows."""
+    import duckdb
+
+    url = f"duckdb:///{path}"
+    upgrade(url)
+    conn = duckdb.connect(str(path))
+    try:
+        row = conn.execute("SELECT count(*) FROM subscription").fetchone()
+        if row is not None and row[0] == count:
+            return url
+        conn.execute("DELETE FROM subscription")
+        rows = _columns(count, seed).drop_columns(["id"])  # the sequence numbers them
+        conn.register("big_rows", rows)
+        names = ", ".join(rows.column_names)
+        conn.execute(f"INSERT INTO subscription ({names}) SELECT {names} FROM big_rows")
+        conn.unregister("big_rows")
+        conn.execute("CHECKPOINT")
+    finally:
+        conn.close()
+    return url

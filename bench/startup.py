@@ -1,0 +1,209 @@
+"""The service at a million subscriptions: a real ``topicstore serve`` child started on a
+store that already holds them (``bench.big_store``: PostgreSQL ``topicstore_1m``, and a
+DuckDB file), timed from spawn to ``/readyz`` 200, its resident memory sampled from
+``/proc`` the whole time (peak = the kernel's high-water mark), then ``/v1/match`` latency
+measured with the periodic reconciliation off and with it running every few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import httpx
+import orjson
+
+from bench.big_store import big_duckdb, big_postgres
+from bench.percentiles import percentile
+from bench.report import Column, Table
+from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable
+from bench.server import free_port, service_environment, topicstore_command
+from bench.workloads import market_workload
+
+READY_TIMEOUT_S: Final = 600.0
+#: Idle seconds after ready before the steady figure is read (settling, the first poll).
+SETTLE_S: Final = 3.0
+#: Seconds of single /v1/match calls per latency phase.
+MATCH_S: Final = 10.0
+#: The reconciliation interval during the second latency phase.
+RECONCILE_EVERY_S: Final = 2.0
+#: Targets (issue 13).
+READY_TARGET_S: Final = 5.0
+RSS_TARGET_MB: Final = 400.0
+PEAK_RATIO_TARGET: Final = 1.5
+P99_RATIO_TARGET: Final = 2.0
+
+
+@dataclass(slots=True)
+class Run:
+    ready_s: float = 0.0
+    cpu_s: float = 0.0
+    steady_mb: float = 0.0
+    peak_mb: float = 0.0
+    p99_ms: float = 0.0
+    p50_ms: float = 0.0
+    subscriptions: int = 0
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (threads included)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _status_mb(pid: int, field: str) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def _serve(
+    workdir: Path, url: str, reconcile_s: float, token: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str, float]]:
+    """A ``topicstore serve`` child; yields it, its URL and the seconds from spawn to
+    ``/readyz`` 200."""
+    port = free_port()
+    settings = {
+        "database_url": url,
+        "admin_token": token,
+        "reconcile_interval": str(reconcile_s),
+    }
+    log = workdir / f"server-{port}.log"
+    with log.open("wb") as out:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [*topicstore_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=service_environment(settings),
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited: {log.read_text()[-3_000:]}")
+            try:
+                if httpx.get(base + "/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.perf_counter() - started > READY_TIMEOUT_S:
+                raise RuntimeError(f"not ready in {READY_TIMEOUT_S} s: {log.read_text()[-3_000:]}")
+            time.sleep(0.02)
+        yield process, base, time.perf_counter() - started
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _latencies(base: str, token: str, topics: list[str], seconds: float) -> list[float]:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    bodies = [orjson.dumps({"topic": t}) for t in topics]
+    out: list[float] = []
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+        deadline = time.perf_counter() + seconds
+        i = 0
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            client.post("/v1/match", content=bodies[i % len(bodies)]).raise_for_status()
+            out.append((time.perf_counter() - t0) * 1e3)
+            i += 1
+    return out
+
+
+def _measure(url: str, reconcile_s: float, topics: list[str]) -> Run:
+    token = secrets.token_hex(24)
+    run = Run()
+    with (
+        tempfile.TemporaryDirectory(prefix="topicstore-startup-") as tmp,
+        _serve(Path(tmp), url, reconcile_s, token) as (process, base, ready_s),
+    ):
+        run.ready_s = ready_s
+        run.cpu_s = _cpu_s(process.pid)
+        time.sleep(SETTLE_S)
+        run.steady_mb = _status_mb(process.pid, "VmRSS")
+        run.subscriptions = httpx.get(base + "/readyz").json()["subscriptions"]
+        lat = _latencies(base, token, topics, MATCH_S)
+        run.p50_ms, run.p99_ms = percentile(lat, 50), percentile(lat, 99)
+        run.steady_mb = max(run.steady_mb, _status_mb(process.pid, "VmRSS"))
+        run.peak_mb = _status_mb(process.pid, "VmHWM")
+    return run
+
+
+def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -> Table:
+    """Startup to ready, memory and match latency with/without reconciliation, at ``count``
+    subscriptions, on PostgreSQL and on DuckDB."""
+    table = Table(
+        name="startup",
+        title=f"The service at {count:,} subscriptions: startup, memory, reconciliation",
+        columns=[
+            Column("store", "{}"),
+            Column("reconcile", "{}"),
+            Column("ready s", "{:,.2f}", chart=True),
+            Column("CPU s", "{:,.2f}"),
+            Column("steady MB", "{:,.0f}"),
+            Column("peak MB", "{:,.0f}"),
+            Column("peak/steady", "{:,.2f}"),
+            Column("match p50 ms", "{:,.2f}"),
+            Column("match p99 ms", "{:,.2f}"),
+        ],
+        unit="seconds",
+    )
+    topics = market_workload(min(count, 10_000), 64, seed).topics
+    stores: list[tuple[str, str]] = []
+    if postgres_reachable(admin_url):
+        stores.append(("postgresql", big_postgres(count, seed, admin_url)))
+    else:
+        table.notes.append(f"PostgreSQL skipped: not reachable at {admin_url}")
+    # Kept between runs like the PostgreSQL database: made once, reused.
+    duck = Path(tempfile.gettempdir()) / f"topicstore-big-{count}.duckdb"
+    stores.append(("duckdb", big_duckdb(duck, count, seed)))
+    for store, url in stores:
+        for reconcile_s, label in (
+            (86_400.0, "off"),
+            (RECONCILE_EVERY_S, f"every {RECONCILE_EVERY_S:g} s"),
+        ):
+            run = _measure(url, reconcile_s, topics)
+            table.rows.append(
+                [
+                    store,
+                    label,
+                    run.ready_s,
+                    run.cpu_s,
+                    run.steady_mb,
+                    run.peak_mb,
+                    run.peak_mb / run.steady_mb if run.steady_mb else None,
+                    run.p50_ms,
+                    run.p99_ms,
+                ]
+            )
+    table.notes += [
+        f"targets: ready <= {READY_TARGET_S:g} s, steady RSS <= {RSS_TARGET_MB:g} MB, "
+        f"peak <= {PEAK_RATIO_TARGET:g}x steady, match p99 with reconciliation <= "
+        f"{P99_RATIO_TARGET:g}x without.",
+        f"{count:,} market subscriptions (one tenant, AMQP, 1,000 subscribers) already in the "
+        "store; ready = spawn to /readyz 200 (Python start and imports included); CPU = the "
+        "server's user + system seconds until then (what a calm machine's wall time would "
+        "approach: this box is shared); steady = "
+        f"VmRSS {SETTLE_S:g} s after ready and after the match phase (the larger); peak = "
+        f"VmHWM; match = single POST /v1/match calls, one client, {MATCH_S:g} s per row.",
+        f"load average {os.getloadavg()[0]:.1f} at the end (2 cores, shared).",
+    ]
+    return table

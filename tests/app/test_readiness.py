@@ -1,0 +1,156 @@
+"""``/readyz`` with a bound, on a real uvicorn and PostgreSQL: it stays 200 under steady
+writes from another writer (a change in flight is not "behind"), and turns 503 when the
+replica really falls behind (its change listener cut off from the store), then 200 again.
+Per-tenant counts show only to the operator."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from bench.scratch_db import libpq_dsn, scratch_database
+from bench.server import Server, running_server
+from migrations.runner import upgrade
+from store import Database, NewSubscription, SubscriptionRepository
+from tests.app.conftest import A_HEADERS, ADMIN_HEADERS
+from tests.app.test_api_server import settings_for
+from tests.services import POSTGRES_ADMIN_URL, fresh_postgres_database
+
+WRITES_PER_S = 25
+DURATION_S = 4.0
+
+
+def _write(db: Database, pattern: str, tenant: str = "default") -> None:
+    with db.write() as session:
+        SubscriptionRepository(session).add_many([NewSubscription("w", pattern, tenant=tenant)])
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    """A database of this test's own (the second test takes it away from the server)."""
+    with fresh_postgres_database() as url:
+        db = Database(url)
+        upgrade(db.url)
+        db.dispose()
+        yield url
+
+
+def test_readyz_does_not_flap_under_steady_writes(tmp_path: Path, own_database: str) -> None:
+    database = own_database
+    db = Database(database)
+    with running_server(tmp_path, settings_for(database)) as server:
+        server.wait_until("/readyz", 200)
+        done = threading.Event()
+        written: list[int] = []
+
+        def writer() -> None:
+            started = time.monotonic()
+            i = 0
+            while time.monotonic() - started < DURATION_S:
+                _write(db, f"steady.{i}", tenant="acme" if i % 2 else "default")
+                written.append(i)
+                i += 1
+                time.sleep(max(0.0, started + i / WRITES_PER_S - time.monotonic()))
+            done.set()
+
+        thread = threading.Thread(target=writer)
+        answers: list[tuple[int, dict[str, object]]] = []
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            thread.start()
+            while not done.is_set():
+                response = client.get("/readyz")
+                answers.append((response.status_code, response.json()))
+            thread.join()
+            final = client.get("/readyz").json()
+            operator = client.get("/readyz", headers=ADMIN_HEADERS).json()
+            tenant = client.get("/readyz", headers=A_HEADERS).json()
+            unknown = client.get("/readyz", headers={"Authorization": "Bearer " + "x" * 20})
+            scraped = {
+                who: client.get("/metrics", headers=headers).text
+                for who, headers in (
+                    ("anyone", {}),
+                    ("tenant", A_HEADERS),
+                    ("operator", ADMIN_HEADERS),
+                )
+            }
+    db.dispose()
+
+    statuses = [status for status, _ in answers]
+    behind = sum(1 for _, body in answers if body["lag"])
+    print(f"{len(answers)} probes, {len(written)} writes, {behind} probes saw lag > 0")
+    assert len(written) >= WRITES_PER_S * DURATION_S * 0.8
+    assert len(answers) >= 100
+    assert statuses.count(503) == 0, [body for status, body in answers if status == 503][:3]
+    # Per-tenant counts: the operator only.
+    assert "tenants" not in final and "tenants" not in tenant
+    assert operator["tenants"] == {
+        "acme": len(written) // 2,
+        "default": len(written) - len(written) // 2,
+    }
+    assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "unauthorized"
+    series = (
+        f'topicstore_tenant_subscriptions{{dialect="amqp",tenant="acme"}} {len(written) // 2}.0'
+    )
+    assert series in scraped["operator"]
+    assert "topicstore_tenant_subscriptions" not in scraped["anyone"] + scraped["tenant"]
+    assert f"topicstore_subscriptions {len(written)}.0" in scraped["anyone"]
+
+
+def _listener_backend(admin: psycopg.Connection[tuple[object, ...]], name: str) -> int | None:
+    row = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN %%'",
+        (name,),
+    ).fetchone()
+    return None if row is None else int(str(row[0]))
+
+
+def _poll(server: Server, status: int, timeout_s: float) -> tuple[float, dict[str, object]]:
+    started = time.monotonic()
+    while True:
+        response = httpx.get(server.url + "/readyz", timeout=10)
+        if response.status_code == status:
+            return time.monotonic() - started, response.json()
+        assert time.monotonic() - started < timeout_s, response.text
+        time.sleep(0.05)
+
+
+def test_readyz_is_503_once_the_listener_falls_behind_the_bound(tmp_path: Path) -> None:
+    bound_s = 1.0
+    with scratch_database(POSTGRES_ADMIN_URL, prefix="topicstore_test_ready") as url:
+        name = make_url(url).database
+        assert name is not None
+        db = Database(url)
+        upgrade(db.url)
+        _write(db, "before")  # the test's own connection stays open in its pool
+        settings = settings_for(url, ready_max_lag_seconds=str(bound_s))
+        with (
+            running_server(tmp_path, settings) as server,
+            psycopg.connect(libpq_dsn(POSTGRES_ADMIN_URL), autocommit=True) as admin,
+        ):
+            assert server.wait_until("/readyz", 200).json()["seq"] == 1
+            allow = sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}")
+            admin.execute(allow.format(sql.Identifier(name), sql.SQL("false")))
+            try:
+                # Cut the listener off: it cannot reconnect while the database refuses.
+                pid = _listener_backend(admin, name)
+                assert pid is not None
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                _write(db, "while.stalled")
+                waited, body = _poll(server, 503, timeout_s=10)
+                assert body["reason"] in {"listener_stalled", "behind"}, body
+                assert body["seq"] == 1
+                print(f"503 after {waited:.2f} s (bound {bound_s} s): {body}")
+            finally:
+                admin.execute(allow.format(sql.Identifier(name), sql.SQL("true")))
+            waited, body = _poll(server, 200, timeout_s=15)
+            assert body["seq"] == 2 and body["lag"] == 0
+            print(f"200 again {waited:.2f} s after the database took connections again")
+        db.dispose()

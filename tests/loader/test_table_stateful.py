@@ -1,0 +1,191 @@
+"""The routing table against a plain dict under random adds, removes, snapshots, bulk
+loads and matches (a hypothesis state machine): the compact catalog (columns plus a
+persistent delta, folded often here) must always say what the dict says, old snapshots
+must never change, and matches must name exactly the reference's subscribers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import loader.catalog
+from loader import Entry, RoutingTable, Snapshot
+from matcher import create_matcher
+from store import Change
+from store.records import headers_from_pattern, headers_pattern
+
+TENANTS = st.sampled_from(["t1", "t2"])
+SUBSCRIBERS = st.sampled_from(["a", "b", "c", "é"])
+WORDS = ["x", "y", "z"]
+PATTERNS = st.lists(st.sampled_from([*WORDS, "*", "#"]), min_size=1, max_size=3).map(".".join)
+TOPICS = st.lists(st.sampled_from(WORDS), max_size=3).map(".".join)
+#: Dense ids, and a few far ones (kept in the table's sparse dict, not its list).
+IDS = st.one_of(st.integers(0, 40), st.sampled_from([70_000, 2**31, 2**32 - 1]))
+ENGINES = ("native", "trie")
+
+
+def _change(seq: int, op: str, sub_id: int, entry: Entry) -> Change:
+    headers = entry.dialect == "headers"
+    criteria, mode = headers_from_pattern(entry.pattern) if headers else (None, None)
+    return Change(
+        seq,
+        op,  # type: ignore[arg-type]
+        sub_id,
+        entry.tenant,
+        entry.subscriber,
+        entry.pattern,
+        entry.dialect,
+        "headers" if headers else "topic",
+        criteria,
+        mode,  # type: ignore[arg-type]
+    )
+
+
+class TableAgrees(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = RoutingTable(ENGINES, shadow_max=3)
+        self.model: dict[int, Entry] = {}
+        self.seq = 0
+        self.kept: list[tuple[Snapshot, dict[int, Entry]]] = []
+        self.naive = create_matcher("naive", "amqp")
+
+    @rule(sub_id=IDS, tenant=TENANTS, subscriber=SUBSCRIBERS, pattern=PATTERNS)
+    def add(self, sub_id: int, tenant: str, subscriber: str, pattern: str) -> None:
+        self.seq += 1
+        entry = Entry(tenant, subscriber, "amqp", pattern)
+        applied = self.table.apply([_change(self.seq, "add", sub_id, entry)])
+        assert applied == (sub_id not in self.model)
+        self.model.setdefault(sub_id, entry)
+
+    @rule(sub_id=IDS, tenant=TENANTS, subscriber=SUBSCRIBERS, value=st.sampled_from(["1", "2"]))
+    def add_headers(self, sub_id: int, tenant: str, subscriber: str, value: str) -> None:
+        self.seq += 1
+        entry = Entry(tenant, subscriber, "headers", headers_pattern((("k", value),), "all"))
+        self.table.apply([_change(self.seq, "add", sub_id, entry)])
+        self.model.setdefault(sub_id, entry)
+
+    @rule(sub_id=IDS)
+    def remove(self, sub_id: int) -> None:
+        self.seq += 1
+        entry = self.model.pop(sub_id, Entry("t1", "a", "amqp", "x"))
+        self.table.apply([_change(self.seq, "remove", sub_id, entry)])
+
+    @rule()
+    def keep_snapshot(self) -> None:
+        self.kept.append((self.table.snapshot(), dict(self.model)))
+
+    @rule()
+    def reload(self) -> None:
+        """A fresh table bulk-built from the model holds the same (the columnar path)."""
+        fresh = RoutingTable(ENGINES, shadow_max=3)
+        fresh.load((_change(0, "add", i, e) for i, e in sorted(self.model.items())), self.seq)
+        assert dict(fresh.snapshot().entries.items()) == self.model
+        fresh._check()
+        self.table = fresh
+        self.kept.clear()
+
+    @rule(tenant=TENANTS, topics=st.lists(TOPICS, max_size=3))
+    def match(self, tenant: str, topics: list[str]) -> None:
+        batch = self.table.match_many(tenant, "amqp", topics)
+        for topic, answer in zip(topics, batch, strict=True):
+            expected = sorted(
+                i
+                for i, e in self.model.items()
+                if e.tenant == tenant and e.dialect == "amqp" and self._matches(e.pattern, topic)
+            )
+            ids = self.table.match(tenant, "amqp", topic)
+            assert sorted(ids) == expected == answer["subscriptions"]
+            names = sorted({self.model[i].subscriber for i in expected})
+            assert self.table.subscribers(ids) == names == answer["subscribers"]
+
+    def _matches(self, pattern: str, topic: str) -> bool:
+        self.naive.subscribe(1, pattern)
+        try:
+            return bool(self.naive.match(topic))
+        finally:
+            self.naive.unsubscribe(1)
+
+    @invariant()
+    def catalog_is_the_model(self) -> None:
+        entries = self.table.snapshot().entries
+        assert len(entries) == len(self.model) == len(self.table)
+        assert dict(entries.items()) == self.model
+        for sub_id in (0, 5, 2**31):
+            assert entries.get(sub_id) == self.model.get(sub_id)
+            assert (sub_id in entries) == (sub_id in self.model)
+        assert self.table.seq == self.seq or not self.seq
+
+    @invariant()
+    def checksums_and_group_sizes_follow_the_model(self) -> None:
+        """What the reconciler compares with the store, kept incrementally (cached for the
+        columns, adjusted by the delta), equals a count over the model."""
+        ranges: dict[int, tuple[int, int, int]] = {}
+        groups: dict[tuple[str, str], int] = {}
+        for sub_id, e in self.model.items():
+            rows, ids, size = ranges.get(sub_id // 16, (0, 0, 0))
+            length = len(e.tenant) + len(e.subscriber) + len(e.dialect) + len(e.pattern)
+            ranges[sub_id // 16] = (rows + 1, ids + sub_id, size + length)
+            groups[(e.tenant, e.dialect)] = groups.get((e.tenant, e.dialect), 0) + 1
+        entries = self.table.snapshot().entries
+        assert entries.range_stats(16) == ranges
+        assert entries.group_sizes() == groups
+
+    @invariant()
+    def snapshots_never_change(self) -> None:
+        for view, model in self.kept:
+            assert dict(view.entries.items()) == model
+
+    @invariant()
+    def engines_hold_the_catalog(self) -> None:
+        self.table._check()
+
+
+@pytest.fixture
+def folds_often(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fold the delta into the columns after a handful of changes, not thousands."""
+    monkeypatch.setattr(loader.catalog, "FOLD_MIN", 3)
+    monkeypatch.setattr(loader.catalog, "FOLD_SHARE", 2)
+    yield
+
+
+def test_table_agrees_with_a_dict(folds_often: None) -> None:
+    machine = TableAgrees.TestCase
+    machine.settings = settings(
+        max_examples=60,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    machine().runTest()
+
+
+def test_load_columns_builds_the_native_engine_from_buffers() -> None:
+    """The Arrow path: unsorted ids are sorted, names coded, patterns handed to the native
+    engine as buffers (non-ASCII and non-AMQP rows through the general path)."""
+    rows = pa.table(
+        {
+            "id": [5, 1, 3, 2],
+            "tenant": ["t", "t", "u", "t"],
+            "subscriber": ["s1", "s2", "s1", "s3"],
+            "dialect": ["amqp", "amqp", "amqp", "mqtt"],
+            "pattern": ["a.*", "a.#", "é.b", "a/+"],
+        }
+    )
+    table = RoutingTable(("native",))
+    table.load_columns(rows, 7)
+    assert table.seq == 7
+    assert sorted(table.match("t", "amqp", "a.b")) == [1, 5]
+    assert table.subscribers([1, 5, 99]) == ["s1", "s2"]
+    assert sorted(table.match("u", "amqp", "é.b")) == [3]
+    assert sorted(table.match("t", "mqtt", "a/b")) == [2]
+    assert list(table.snapshot().entries) == [1, 2, 3, 5]
+    assert table.snapshot().entries[3] == Entry("u", "s1", "amqp", "é.b")
+    table._check()
+    with pytest.raises(RuntimeError):
+        table.load_columns(rows, 8)
