@@ -14,12 +14,18 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from hypothesis import settings
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
 from migrations.runner import upgrade
 from store import Database
 from tests.services import fresh_postgres_database, reset_postgres
+
+# No per-example deadline: speed is measured by bench/, not timed in tests, and on a loaded
+# 2-core CI machine a first example took 4.9 s (hypothesis' default deadline is 200 ms).
+settings.register_profile("topicstore", deadline=None)
+settings.load_profile("topicstore")
 
 #: Node id prefix -> the group whose tests run one after another on one worker:
 #: * ``spark``: the Spark tests share one session (a JVM, seconds to start) per worker;
