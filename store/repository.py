@@ -348,10 +348,14 @@ class SubscriptionRepository:
             ),
         )
 
-    def range_stats(self, bucket: int) -> dict[int, tuple[int, int, int]]:
-        """Per id range (``id // bucket``): rows, sum of ids, and the summed lengths of
-        tenant, subscriber, dialect and pattern; ``loader.catalog.Catalog.range_stats``
-        computes the same in memory, and only ranges that differ are read row by row."""
+    def range_stats(
+        self, bucket: int, low: int = 0, high: int | None = None
+    ) -> dict[int, tuple[int, int, int]]:
+        """Per id range (``id // bucket``) of the ids in ``[low, high)`` (``high`` None: no
+        upper bound): rows, sum of ids, and the summed lengths of tenant, subscriber,
+        dialect and pattern; ``loader.catalog.Catalog.range_stats`` computes the same in
+        memory, and only ranges that differ are read row by row. A bounded window is an
+        index range scan, so a check can be spread over several small queries."""
         # (id - id % b) / b: exact on both backends (DuckDB's '/' divides as a double).
         key = sa.cast((Subscription.id - Subscription.id % bucket) / bucket, sa.BigInteger)
         lengths = (
@@ -360,9 +364,13 @@ class SubscriptionRepository:
             + sa.func.length(Subscription.dialect)
             + sa.func.length(Subscription.pattern)
         )
-        query = sa.select(
-            key, sa.func.count(), sa.func.sum(Subscription.id), sa.func.sum(lengths)
-        ).group_by(key)
+        query = (
+            sa.select(key, sa.func.count(), sa.func.sum(Subscription.id), sa.func.sum(lengths))
+            .where(Subscription.id >= low)
+            .group_by(key)
+        )
+        if high is not None:
+            query = query.where(Subscription.id < high)
         return {
             int(k): (int(n), int(ids), int(total))
             for k, n, ids, total in self.session.execute(query)

@@ -3,6 +3,7 @@ out-of-order commits, a killed listener connection, restarts, reconciliation."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -284,6 +285,38 @@ def test_reconcile_repairs_only_the_ranges_that_differ(
     assert set(table.match("default", "amqp", "d.x")) == {ids[1]}
     assert table.subscribers(table.match("default", "amqp", "c.x")) == ["z"]
     assert table.subscribers(table.match("default", "amqp", "e.x")) == ["n"]
+    table._check()
+    assert not loader.reconcile()
+
+
+def test_a_pass_in_slices_covers_every_range(
+    database: Database, started: Callable[[Database], Loader]
+) -> None:
+    """The periodic loop checks a few ranges at a time: a slice repairs only its own
+    ranges, and a pass's last slice is open-ended, so a stored row above the table's
+    highest id is found too."""
+    insert = sa.text(
+        "INSERT INTO subscription (id, tenant, subscriber, pattern, dialect, kind) "
+        "VALUES (:i, 'default', :s, :p, 'amqp', 'topic')"
+    )
+    ids = _add(database, Sub("q", "a.#"))
+    with database.engine.begin() as conn:
+        conn.execute(insert, {"i": 200_000, "s": "m", "p": "f.*"})  # range 3
+    loader = started(database)
+    first, last = loader.reconcile_slices()
+    assert (first.start, first.stop, last.start, last.stop) == (0, 2, 2, sys.maxsize)
+    assert not loader.reconcile(first) and not loader.reconcile(last)
+
+    with database.engine.begin() as conn:  # behind the change log's back
+        conn.execute(sa.text("DELETE FROM subscription WHERE id = :i"), {"i": ids[0]})
+        conn.execute(insert, {"i": 900_000, "s": "o", "p": "g.*"})  # range 13
+    table = loader.table
+    assert loader.reconcile(first)
+    assert set(table.match("default", "amqp", "a.x")) == set()
+    assert set(table.match("default", "amqp", "g.x")) == set()  # not this slice's
+    assert loader.reconcile(last)
+    assert set(table.match("default", "amqp", "g.x")) == {900_000}
+    assert _table_ids(loader) == _store_ids(database)
     table._check()
     assert not loader.reconcile()
 
