@@ -389,6 +389,7 @@ def audit_log(
     until: Annotated[str | None, typer.Option("--to", help="ISO 8601 time (exclusive).")] = None,
     after: Annotated[int | None, typer.Option(help="Last id seen (pagination).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    newest_first: Annotated[bool, typer.Option(help="Newest first (pass --after on).")] = False,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -403,6 +404,7 @@ def audit_log(
         "until": _time(until, "--to"),
         "after": after,
         "limit": limit,
+        "order": "desc" if newest_first else "asc",
     }
     with _admin(api) as admin:
         rows = admin.audit(**filters)

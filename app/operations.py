@@ -28,6 +28,7 @@ from app.refusals import (
     ServiceError,
 )
 from app.schemas import (
+    AuditOrder,
     AuditOut,
     AuditPage,
     BulkItem,
@@ -225,9 +226,11 @@ class AdminOperations:
         until: datetime | None = None,
         after: int | None = None,
         limit: int = 100,
+        order: AuditOrder = "asc",
     ) -> AuditPage:
-        """A page of the audit log in id order (keyset pagination, like ``page``). The
-        operator sees every tenant's rows (or ``tenant``'s); a tenant only its own."""
+        """A page of the audit log in id order, oldest first or (``desc``) newest first
+        (keyset pagination, like ``page``). The operator sees every tenant's rows (or
+        ``tenant``'s); a tenant only its own."""
         scope = tenant if caller.tenant is None else caller.tenant_for(tenant)
         with self.db.read() as session:
             rows = AuditRepository(session).page(
@@ -237,6 +240,7 @@ class AdminOperations:
                 until=_instant(until, "to"),
                 after_id=after,
                 limit=limit,
+                newest_first=order == "desc",
             )
         next_after = rows[-1].id if len(rows) == limit else None
         return AuditPage(items=[AuditOut.of(row) for row in rows], next_after=next_after)

@@ -420,6 +420,8 @@ class CallerOut(BaseModel):
 
 
 AuditAction = Literal["create", "delete", "bulk_create", "delete_subscriber"]
+#: The audit listing's order: by id, oldest first or newest first.
+AuditOrder = Literal["asc", "desc"]
 
 _AUDIT_EXAMPLE: dict[str, JsonValue] = {
     "id": 41,

@@ -69,10 +69,13 @@ class AuditRepository:
         until: datetime | None = None,
         after_id: int | None = None,
         limit: int = 100,
+        newest_first: bool = False,
     ) -> list[AuditEntry]:
-        """Rows in id order after ``after_id`` (keyset pagination), ``since`` inclusive and
-        ``until`` exclusive; ``tenant`` None: every tenant."""
-        query = sa.select(AuditLog).order_by(AuditLog.id).limit(min(limit, MAX_AUDIT_PAGE))
+        """Rows in id order (descending if ``newest_first``) past ``after_id`` (keyset
+        pagination either way: the primary key orders and bounds the page), ``since``
+        inclusive and ``until`` exclusive; ``tenant`` None: every tenant."""
+        order = AuditLog.id.desc() if newest_first else AuditLog.id
+        query = sa.select(AuditLog).order_by(order).limit(min(limit, MAX_AUDIT_PAGE))
         if tenant is not None:
             query = query.where(AuditLog.tenant == tenant)
         if action is not None:
@@ -82,5 +85,5 @@ class AuditRepository:
         if until is not None:
             query = query.where(AuditLog.created_at < until)
         if after_id is not None:
-            query = query.where(AuditLog.id > after_id)
+            query = query.where(AuditLog.id < after_id if newest_first else AuditLog.id > after_id)
         return [_entry(row) for row in self.session.scalars(query)]

@@ -1020,8 +1020,8 @@ async function loadAudit() {
   const form = $("#audit-form");
   const values = Object.fromEntries(new FormData(form));
   const query = {
-    action: values.action, limit: values.limit, from: values.from.trim(), to: values.to.trim(),
-    after: auditPaging.afters[auditPaging.afters.length - 1],
+    action: values.action, limit: values.limit, order: values.order, from: values.from.trim(),
+    to: values.to.trim(), after: auditPaging.afters[auditPaging.afters.length - 1],
   };
   const operator = session.role === "operator";
   if (operator) query.tenant = values.tenant.trim();

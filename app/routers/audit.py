@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
-from app.schemas import AuditAction, AuditPage
+from app.schemas import AuditAction, AuditOrder, AuditPage
 
 router = APIRouter(prefix="/v1", tags=["audit"], responses=documented(400, 401, 422, 429, 503))
 
@@ -42,11 +42,14 @@ def list_audit(
     ] = None,
     after: Annotated[int | None, Query(ge=0, lt=2**63, description="Last id seen.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    order: Annotated[
+        AuditOrder, Query(description="`asc`: oldest first (default); `desc`: newest first.")
+    ] = "asc",
 ) -> AuditPage:
-    """Admin changes in id order (keyset pagination: pass ``next_after`` back as
-    ``after``). The operator sees every tenant's; a tenant token only its own tenant's
-    (another tenant → 403 ``wrong_tenant``). Times outside 1970 to 9999 are refused
-    (``time_out_of_range``)."""
+    """Admin changes in id order, oldest or newest first (keyset pagination: pass
+    ``next_after`` back as ``after`` with the same ``order``). The operator sees every
+    tenant's; a tenant token only its own tenant's (another tenant → 403 ``wrong_tenant``).
+    Times outside 1970 to 9999 are refused (``time_out_of_range``)."""
     return services.admin.audit_page(
         caller,
         tenant=tenant,
@@ -55,4 +58,5 @@ def list_audit(
         until=until,
         after=after,
         limit=limit,
+        order=order,
     )

@@ -151,6 +151,22 @@ def test_tenants_see_their_own_rows_and_filters_page_through(client: TestClient)
         if after is None:
             break
     assert seen == [row["id"] for row in _audit(client)["items"]]
+    # Newest first, paged the same way: the same rows, reversed.
+    newest: list[int] = []
+    after = None
+    while True:
+        extra = {} if after is None else {"after": after}
+        page = _audit(client, limit=4, order="desc", **extra)
+        newest += [row["id"] for row in page["items"]]
+        after = page["next_after"]
+        if after is None:
+            break
+    assert newest == seen[::-1]
+    assert [r["id"] for r in _audit(client, order="desc", tenant="acme")["items"]] == sorted(
+        (r["id"] for r in acme), reverse=True
+    )
+    bad_order = client.get("/v1/audit", params={"order": "up"}, headers=ADMIN_HEADERS)
+    assert bad_order.status_code == 422
 
     # Time range: [from, to) around the rows' own times.
     rows = _audit(client)["items"]
@@ -264,6 +280,8 @@ def test_the_command_line_writes_and_lists_rows_on_the_store(
         assert removed.exit_code == 0, removed.output
         listed = runner.invoke(app, ["audit", "--json"])
         assert listed.exit_code == 0, listed.output
+        newest = runner.invoke(app, ["audit", "--json", "--newest-first", "--limit", "1"])
+        assert newest.exit_code == 0, newest.output
         human = runner.invoke(app, ["audit", "--action", "delete"])
         bad = runner.invoke(app, ["audit", "--action", "nope"])
         bad_time = runner.invoke(app, ["audit", "--from", "yesterday"])
@@ -280,6 +298,7 @@ def test_the_command_line_writes_and_lists_rows_on_the_store(
         assert row["address"] == "local"
         assert len(row["request_id"]) == 32
     assert rows[0]["request_id"] != rows[1]["request_id"]  # one per command
+    assert json.loads(newest.output) == rows[-1:]
     assert human.exit_code == 0 and "delete" in human.output and "bulk_create" not in human.output
     assert bad.exit_code == 2 and "invalid_action" in bad.output
     assert bad_time.exit_code == 2 and "invalid_time" in bad_time.output

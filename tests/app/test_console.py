@@ -394,18 +394,20 @@ def test_console_end_to_end(
     audit.get_by_role("button", name="Filter").click()
     expect(page.locator("#audit-info")).to_contain_text("6 rows")
     expect(page.locator("#audit-caption")).to_have_text("Admin changes of tenant default")
-    shown = audit_rows(page)
+    shown = audit_rows(page)  # newest first, the page's default
     assert [(r["action"], r["ids"], r["request_id"]) for r in shown] == [
         (action, ids, request_id) for (action, ids), request_id in zip(changes, writes, strict=True)
-    ]
+    ][::-1]
     assert {(r["tenant"], r["caller"], r["token"], r["address"]) for r in shown} == {
         ("default", "operator", "operator", "127.0.0.1")
     }
-    assert [r["id"] for r in shown] == [r["id"] for r in api_audit(admin, tenant="default")]
+    oldest = [r["id"] for r in api_audit(admin, tenant="default")]
+    assert [r["id"] for r in shown] == oldest[::-1]
     bulk_cell = page.locator("#audit-table tbody tr[data-action=bulk_create] td").nth(4)
     expect(bulk_cell).to_contain_text("(60)")
     shoot(page, backend, "audit")
     audit.get_by_label("Action").select_option("create")
+    audit.get_by_label("Order").select_option("asc")
     audit.get_by_role("button", name="Filter").click()
     expect(page.locator("#audit-info")).to_contain_text("3 rows")
     assert [r["ids"] for r in audit_rows(page)] == [[billing_id], [audit_id], [sensors_id]]
@@ -474,10 +476,10 @@ def test_tenant_token_sees_its_tenant_only(
         ("bulk_create", [acme_2]),
     ]
     expect(page.locator("#audit-table tbody tr[data-id]")).to_have_count(len(expected))
-    shown = audit_rows(page)
+    shown = audit_rows(page)  # newest first
     assert [(r["id"], r["action"], r["ids"]) for r in shown] == [
         (r["id"], r["action"], r["ids"]) for r in expected
-    ]
+    ][::-1]
     assert {(r["tenant"], r["caller"]) for r in shown} == {("acme", "acme")}
     expect(page.locator("#audit-table")).not_to_contain_text("globex")
     shoot(page, backend, "tenant-phone-audit")
@@ -891,6 +893,14 @@ def test_audit_page_filters_and_pages(
     def shown_request_ids() -> list[str]:
         return [r["request_id"] for r in audit_rows(page)]
 
+    newest = every[::-1]  # the page's default order
+    expect(info).to_have_text(page_info(1, newest[:25]))
+    assert shown_request_ids() == [r["request_id"] for r in newest[:25]]
+    pager.get_by_role("button", name="Next page").click()
+    expect(info).to_have_text(page_info(2, newest[25:]))
+    assert shown_request_ids() == [r["request_id"] for r in newest[25:]]
+    audit.get_by_label("Order").select_option("asc")  # the rest pages oldest first
+    audit.get_by_role("button", name="Filter").click()
     expect(info).to_have_text(page_info(1, every[:25]))
     assert shown_request_ids() == [r["request_id"] for r in every[:25]]
     pager.get_by_role("button", name="Next page").click()
@@ -963,8 +973,9 @@ def test_audit_page_filters_and_pages(
     audit.get_by_role("button", name="Clear").click()
     expect(page.locator("#audit-error")).to_be_hidden()
     expect(page.locator("#audit-caption")).to_have_text("Admin changes of every tenant")
-    # Every tenant's rows (this module's other tests wrote some too): the API's first page.
-    first_page = api_audit(admin, limit=50)
+    # Every tenant's rows (this module's other tests wrote some too): the API's first page,
+    # newest first again (Clear resets the order too).
+    first_page = api_audit(admin, limit=50, order="desc")
     expect(info).to_have_text(page_info(1, first_page))
     assert [r["id"] for r in audit_rows(page)] == [r["id"] for r in first_page]
     context.close()
