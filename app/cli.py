@@ -327,8 +327,8 @@ def sub_import(
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Import a CSV (subscriber,pattern[,dialect,tenant]) or JSON-lines file; every bad line
-    is reported with its line number, the good ones are stored."""
+    """Import a CSV (subscriber,pattern[,dialect,tenant,group,group_policy]) or JSON-lines
+    file; every bad line is reported with its line number, the good ones are stored."""
     from app.imports import read_items
 
     items, problems = read_items(path)

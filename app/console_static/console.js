@@ -366,7 +366,7 @@ $("#create-form").addEventListener("submit", async (event) => {
 // Import: the file is read here with the rules of app/imports.py (a record's number is the
 // physical line it starts on; CSV quotes may span lines; JSON lines end at "\n" only) and
 // sent to POST /v1/subscriptions/bulk, whose per-item results are mapped back to lines.
-const CSV_FIELDS = ["subscriber", "pattern", "dialect", "tenant"];
+const CSV_FIELDS = ["subscriber", "pattern", "dialect", "tenant", "group", "group_policy"];
 const BULK_CHUNK = 1000;
 
 function readJsonLines(text) {
@@ -436,8 +436,8 @@ function readCsv(text) {
   for (const { line, row, blank } of records) {
     if (blank) continue;
     if (line === 1 && row.slice(0, 2).map((c) => c.trim().toLowerCase()).join(",") === "subscriber,pattern") continue;
-    if (row.length < 2 || row.length > 4) {
-      problems.push({ line, code: "bad_columns", message: "expected subscriber,pattern[,dialect,tenant]" });
+    if (row.length < 2 || row.length > CSV_FIELDS.length) {
+      problems.push({ line, code: "bad_columns", message: "expected subscriber,pattern[,dialect,tenant,group,group_policy]" });
       continue;
     }
     const item = {};

@@ -46,3 +46,30 @@ def test_groups_on_the_command_line(tmp_path: Path) -> None:
     assert "one of 2)" in first.stderr
     as_json = json.loads(run_cli(tmp_path, "match", "jobs.b", "--key", "order-7", "--json").stdout)
     assert [g["subscriber"] for g in as_json["groups"]] == chosen  # the same key: the same one
+
+
+def test_a_csv_import_takes_group_columns(tmp_path: Path) -> None:
+    """CSV columns 5 and 6 are the group and its policy; an empty one is left out (the
+    group's own policy, or ``random`` for a new group), a 7th column is a bad line."""
+    (tmp_path / "subs.csv").write_text(
+        "subscriber,pattern,dialect,tenant,group,group_policy\n"
+        "w1,jobs.*,amqp,,workers,round_robin\n"
+        "w2,jobs.*,,,workers,\n"
+        "w3,jobs.*,amqp,,workers,hash\n"
+        "solo,jobs.#\n"
+        "w4,jobs.*,amqp,,workers,round_robin,extra\n",
+        encoding="utf-8",
+    )
+    imported = run_cli(tmp_path, "sub", "import", "subs.csv")
+    assert imported.returncode == 1
+    assert "line 4: group_policy_conflict: " in imported.stdout
+    assert "line 6: bad_columns: " in imported.stdout
+    rows = {
+        r["subscriber"]: (r["group"], r["group_policy"])
+        for r in json.loads(run_cli(tmp_path, "sub", "ls", "--json").stdout)
+    }
+    assert rows == {
+        "w1": ("workers", "round_robin"),
+        "w2": ("workers", "round_robin"),
+        "solo": (None, None),
+    }

@@ -790,12 +790,15 @@ def test_explain_groups_and_overlaps(
 #: Files the page's import reader must read exactly as the command line's (app.imports):
 #: a BOM and a header, CRLF, a quoted comma, a line break in quotes, a literal quote, an
 #: empty line, a bad column count, text after a closing quote (the rest is one problem), an
-#: unclosed quote, lone CR line ends, an empty quoted subscriber.
+#: unclosed quote, lone CR line ends, an empty quoted subscriber, group columns (a policy
+#: conflict, a 7th column).
 PARITY_FILES: Final = {
     "mixed.csv": '\ufeffsubscriber,pattern,dialect\r\np1,a.b\r\n"p2, quoted","x.\r\ny"\r\n'
     'p3,a"b\r\n\r\nonly\r\n"p4"x,a\r\np5,z\r\n',
     "unclosed.csv": 'p1,a\n"p2,b\n',
     "cr.csv": 'p1,a\rp2,b\r"",x\r',
+    "groups.csv": "g1,jobs.#,amqp,,workers,round_robin\ng2,jobs.#,,,workers,\n"
+    "g3,jobs.#,amqp,,workers,hash\ng4,jobs.#,amqp,,workers,round_robin,extra\n",
     "lines.jsonl": '{"subscriber": "j1", "pattern": "a.#"}\n[1]\n\n{"subscriber": "j2", '
     '"pattern": "a.#", "dialect": "mqtt"}\n{"subscriber": NaN}\n{"subscriber": "j3"}\n',
 }
