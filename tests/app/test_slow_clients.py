@@ -76,10 +76,16 @@ def test_slow_clients_are_cut_and_the_server_keeps_answering(guarded: Server) ->
     # shed with a 503, the others held until the deadline and then given a 408.
     assert set(answers) == {(408, "request_timeout"), (503, "too_many_connections")}, answers
     assert answers[503, "too_many_connections"] >= SLOW - CAP
-    timed_out = [h.held_s for h in held if h.status == 408 and h.held_s is not None]
+    timed_out = [
+        (h.held_s, h.connect_s or 0.0) for h in held if h.status == 408 and h.held_s is not None
+    ]
     assert len(timed_out) == answers[408, "request_timeout"]
-    # The deadline counts from the server's accept, a moment after the client's connect.
-    assert min(timed_out) >= TIMEOUT_S - 0.5 and max(timed_out) <= TIMEOUT_S + 3.0
+    # The deadline counts from the server's accept: after the client began connecting, and
+    # before its coroutine saw the connection (on a loaded machine that can be a second
+    # later: CI once measured 1.28 s from there). So: no earlier than the deadline from the
+    # connect's start, and no later than a little past it from the connection's.
+    assert min(held_s + connect_s for held_s, connect_s in timed_out) >= TIMEOUT_S - 0.25
+    assert max(held_s for held_s, _ in timed_out) <= TIMEOUT_S + 3.0
 
 
 def _until(thread: threading.Thread, running: threading.Event) -> threading.Event:
