@@ -155,7 +155,7 @@ def test_tenants_see_their_own_rows_and_filters_page_through(client: TestClient)
     newest: list[int] = []
     after = None
     while True:
-        extra: dict[str, int] = {} if after is None else {"after": after}
+        extra: dict[str, Any] = {} if after is None else {"after": after}
         page = _audit(client, limit=4, order="desc", **extra)
         newest += [row["id"] for row in page["items"]]
         after = page["next_after"]
