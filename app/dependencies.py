@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import HTTPConnection
 
 from app.auth import OPERATOR, Caller, Origin, authenticate
 from app.ratelimit import ADMIN, MATCH
@@ -61,6 +62,13 @@ async def match_caller(services: ServicesDep, credentials: Credentials) -> Calle
     caller = await batch_caller(services, credentials)
     services.limiter.charge(MATCH, caller.tenant)
     return caller
+
+
+async def request_match_caller(request: HTTPConnection, services: Services) -> Caller:
+    """``match_caller`` for a request that FastAPI's dependency solving does not see
+    (``app.fastpath``): the same bearer scheme reads the token, the same function
+    authenticates and charges it."""
+    return await match_caller(services, await _bearer_scheme(request))
 
 
 async def optional_caller(services: ServicesDep, credentials: Credentials) -> Caller | None:

@@ -1,5 +1,6 @@
 """The FastAPI application: wiring only (routers, error envelope, documentation pages, the
-web console, edge checks, metrics, and the services' lifecycle)."""
+web console, edge checks, metrics, the ``POST /v1/match`` fast path, and the services'
+lifecycle)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import console, contract, docs, errors
+from app import console, contract, docs, errors, fastpath
 from app.auth import secure
 from app.middleware import EdgeChecks, Metrics, RequestId, StrictQuery
 from app.ratelimit import RateLimitCollector
@@ -17,9 +18,13 @@ from app.services import Services
 from app.settings import Settings
 
 
-def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI:
+def create_app(
+    settings: Settings, *, wait_until_ready: bool = False, match_fast_path: bool = True
+) -> FastAPI:
     """The service for ``settings``. The routing table builds in the background after
-    startup (``/readyz`` says when it is done) unless ``wait_until_ready``."""
+    startup (``/readyz`` says when it is done) unless ``wait_until_ready``.
+    ``match_fast_path=False`` leaves ``POST /v1/match`` to its FastAPI route alone: the
+    reference the tests hold the fast path to (``app.fastpath``)."""
     settings = secure(settings)
     services = Services.open(settings)
 
@@ -60,6 +65,8 @@ def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI
     app.include_router(analytics.router)
     app.include_router(audit.router)
     contract.install(app, settings)
+    if match_fast_path:
+        fastpath.install(app, services)
     services.registry.register(ops.ServiceCollector(services))
     services.registry.register(RateLimitCollector(services.limiter))
     app.add_middleware(StrictQuery, document=app.openapi)

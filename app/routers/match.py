@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
+from app.auth import Caller
 from app.delivery import delivery
 from app.dependencies import BatchCaller, MatchCaller, ServicesDep
 from app.errors import documented
@@ -27,6 +28,7 @@ from app.schemas import (
     MatchIn,
     MatchOut,
 )
+from app.services import Services
 from app.table_reads import MAX_NAMED, explain_topic
 from loader import RoutingTable
 from matcher import MatcherError
@@ -50,6 +52,13 @@ async def match(body: MatchIn, caller: MatchCaller, services: ServicesDep) -> Re
     """Every subscription of the caller's tenant whose pattern matches ``topic``, except
     that a group (shared subscription) delivers to one of its matching members, chosen by
     the group's policy (``key``: the ``hash`` policy's key, by default the topic)."""
+    return match_answer(services, caller, body)
+
+
+def match_answer(services: Services, caller: Caller, body: MatchIn) -> Response:
+    """``POST /v1/match`` once the caller is authenticated and charged and the body is
+    valid: the one implementation behind the route above and ``app.fastpath``, which
+    serves the same request without FastAPI's routing and dependency solving."""
     table = services.table()
     tenant = caller.tenant_for(body.tenant)
     ids = table.match(tenant, body.dialect, body.topic)
