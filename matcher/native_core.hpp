@@ -10,6 +10,11 @@
 // The id -> (node, pattern text) table is native too: nothing per subscription is a Python
 // object.
 //
+// Memory: at a million subscriptions the trie has ~3 million nodes, so a node is 32 bytes
+// (two a cache line): what only some nodes need lives beside them (ids past the first in
+// idvecs_, the results kept per end node in a bounded table, cached_), and a '#' node keeps
+// the walk's stamp in its '*' field (canonical patterns never give a '#' node a '*' child).
+//
 // Thread safety is the caller's (matcher/_native.pyx): every method runs start to end
 // holding the GIL and calls no Python code, so no reader ever sees a half-applied write.
 // The only Python calls are Py_INCREF/Py_XDECREF of the cached per-node results (frozensets
@@ -41,6 +46,7 @@ constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
 constexpr uint32_t UNKNOWN_WORD = 0xFFFFFFFFu;  // a topic word no pattern names
 constexpr uint32_t STAR = 0xFFFFFFFEu;        // token / edge label of '*'
 constexpr uint32_t HASH = 0xFFFFFFFDu;        // token / edge label of '#'
+constexpr uint32_t FREE = 0xFFFFFFFCu;        // label of a free node record
 
 inline uint64_t mix64(uint64_t x) {
     x ^= x >> 33;
@@ -98,9 +104,8 @@ struct Text {
     uint32_t next;
 };
 
-// A node's ids: up to two inline (most nodes hold one or two subscriptions, and a match
-// then reads no second cache line), more in a heap array. Trivially copyable so the node
-// vector can grow by memmove; the owner frees it (release()).
+// The ids of a node holding two or more: two inline, more in a heap array. Trivially
+// copyable so the pool (Core::idvecs_) can grow by memmove; the owner frees it (release()).
 class IdVec {
    public:
     uint32_t size() const { return size_; }
@@ -153,22 +158,29 @@ class IdVec {
     }
 };
 
-// One cache line: the walk's reads of a node (tags aside) touch this line only.
-struct alignas(64) Node {
-    uint32_t star = NO_NODE;  // tagged reference to the '*' child
+// 32 bytes, all the walk reads of a node. One id is held inline (most end nodes hold one,
+// and a match then reads nothing else); two or more live in the pool Core::idvecs_.
+struct Node {
+    // Tagged reference to the '*' child. A '#' node never has one (canonical form: '#.*'
+    // is written '*.#'), so there the field is the hash walk's stamp: the walk that last made
+    // this node active. Read it through Core::star_of / stamp.
+    uint32_t star = NO_NODE;
     uint32_t hash = NO_NODE;  // tagged reference to the '#' child
     uint32_t parent = 0;
-    uint32_t label = 0;      // the edge from the parent: a word id, STAR or HASH
-    uint32_t nchildren = 0;  // literal edges out
-    uint32_t stamp = 0;      // the hash walk that last made this node's '#' child active
-    bool is_hash = false;
-    bool live = false;
-    IdVec ids;                        // subscriptions ending here; ids[pos] per the id table
-    uint32_t texts = NO_TEXT;         // first distinct pattern text of those ids (usually one)
-    PyObject* cached = nullptr;       // frozenset(ids), built on a match, cleared on write
+    uint32_t label = FREE;    // the edge from the parent: a word id, STAR or HASH; FREE: unused
+    uint32_t nchildren = 0;   // literal edges out
+    uint32_t texts = NO_TEXT; // first distinct pattern text of the ids (usually the only one)
+    uint32_t nids = 0;        // subscriptions ending here
+    uint32_t ids = 0;         // nids == 1: the id; nids >= 2: its IdVec in Core::idvecs_
 
-    bool empty() const { return ids.empty() && nchildren == 0 && star == NO_NODE && hash == NO_NODE; }
+    bool live() const { return label != FREE; }
+    bool is_hash() const { return label == HASH; }
+    uint32_t star_ref() const { return is_hash() ? NO_NODE : star; }
+    bool empty() const {
+        return nids == 0 && nchildren == 0 && star_ref() == NO_NODE && hash == NO_NODE;
+    }
 };
+static_assert(sizeof(Node) == 32, "two nodes a cache line");
 
 struct Edge {
     uint32_t parent;
@@ -206,11 +218,21 @@ struct WordSlot {
     uint32_t id_plus1;  // 0: free slot
 };
 
+// A result of one end node (frozenset of its ids), kept for the next match ending there
+// alone; dropped by a write to the node. Direct-mapped by node: bounded memory however
+// many nodes are matched over time (one frozenset per end node was unbounded).
+constexpr size_t CACHED_SLOTS = 1u << 16;
+
+struct CachedSlot {
+    uint32_t node_plus1 = 0;  // 0: empty
+    PyObject* result = nullptr;
+};
+
 class Core {
    public:
     Core() {
         nodes_.emplace_back();
-        nodes_[0].live = true;
+        nodes_[0].label = 0;  // the root: live, nobody's child
         edges_.assign(16, Edge{0, 0, NO_NODE});
         idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
         wordslots_.assign(16, WordSlot{0, 0});
@@ -219,10 +241,8 @@ class Core {
     Core& operator=(const Core&) = delete;
     ~Core() {
         for (ComboSlot& c : combos_) Py_XDECREF(c.result);
-        for (Node& n : nodes_) {
-            Py_XDECREF(n.cached);
-            n.ids.release();
-        }
+        for (CachedSlot& c : cached_) Py_XDECREF(c.result);
+        for (IdVec& v : idvecs_) v.release();
     }
 
     // -- reads -----------------------------------------------------------------------------
@@ -232,7 +252,32 @@ class Core {
     uint32_t hash_count() const { return hash_count_; }
     uint64_t version() const { return version_; }
     const Node& node(uint32_t i) const { return nodes_[i]; }
-    Node& node_mut(uint32_t i) { return nodes_[i]; }
+
+    // The ids of node `i` (nodes_[i].nids of them). Valid until the next write.
+    const uint32_t* ids_of(uint32_t i) const {
+        const Node& n = nodes_[i];
+        return n.nids <= 1 ? &n.ids : idvecs_[n.ids].data();
+    }
+    uint32_t id_count(uint32_t i) const { return nodes_[i].nids; }
+
+    // The kept frozenset of node `i`'s ids (borrowed), or nullptr.
+    PyObject* cached(uint32_t i) const {
+        if (cached_.empty()) return nullptr;
+        const CachedSlot& c = cached_[cached_bucket(i)];
+        return c.node_plus1 == i + 1 ? c.result : nullptr;
+    }
+
+    // Keep `result` (a new reference is taken) as node `i`'s; the caller checked that no
+    // write ran since it read the ids (the version did not move).
+    void keep_cached(uint32_t i, PyObject* result) {
+        if (cached_.empty()) cached_.resize(CACHED_SLOTS);
+        CachedSlot& c = cached_[cached_bucket(i)];
+        PyObject* old = c.result;
+        Py_INCREF(result);
+        c.result = result;
+        c.node_plus1 = i + 1;
+        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
+    }
 
     // The pattern text of `id` (its bytes, `*size` of them), or nullptr. Valid until the
     // next write.
@@ -317,8 +362,8 @@ class Core {
     // The tags of node `i` (what a reference to it carries).
     uint32_t tags(uint32_t i) const {
         const Node& n = nodes_[i];
-        return (n.star != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
-               (n.ids.empty() ? 0 : HAS_IDS) | (n.nchildren ? HAS_KIDS : 0);
+        return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
+               (n.nids ? HAS_IDS : 0) | (n.nchildren ? HAS_KIDS : 0);
     }
 
     // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
@@ -367,17 +412,19 @@ class Core {
         for (size_t i = 0; i < ntokens; ++i) {
             const Token& t = tokens[i];
             uint32_t next;
+            if (nodes_[cur].is_hash() && t.kind != 0)  // its '*' field is the stamp
+                throw std::logic_error("non-canonical pattern: a wildcard after '#'");
             if (t.kind == STAR) {
                 next = nodes_[cur].star & INDEX;
                 if (next == NO_NODE) {
-                    next = new_node(cur, STAR, false);
+                    next = new_node(cur, STAR);
                     nodes_[cur].star = next;
                     retag(cur);
                 }
             } else if (t.kind == HASH) {
                 next = nodes_[cur].hash & INDEX;
                 if (next == NO_NODE) {
-                    next = new_node(cur, HASH, true);
+                    next = new_node(cur, HASH);
                     nodes_[cur].hash = next;
                     ++hash_count_;
                     retag(cur);
@@ -386,7 +433,7 @@ class Core {
                 uint32_t w = intern(t.data, t.size);
                 next = child(cur, w) & INDEX;
                 if (next == NO_NODE) {
-                    next = new_node(cur, w, false);
+                    next = new_node(cur, w);
                     ++words_[w].refs;
                     insert_edge(cur, w, next);
                     if (++nodes_[cur].nchildren == 1) retag(cur);
@@ -405,10 +452,10 @@ class Core {
             leaf.texts = ti;
         }
         ++texts_[ti].refs;
-        insert_id(id, cur, ti, static_cast<uint32_t>(leaf.ids.size()));
-        leaf.ids.push_back(id);
-        Py_CLEAR(leaf.cached);
-        if (leaf.ids.size() == 1) retag(cur);
+        insert_id(id, cur, ti, leaf.nids);
+        push_id(leaf, id);  // may grow idvecs_, not nodes_: `leaf` stays valid
+        drop_cached(cur);
+        if (leaf.nids == 1) retag(cur);
         return true;
     }
 
@@ -422,16 +469,11 @@ class Core {
         uint32_t ti = s->text;
         erase_id(id);
         Node& leaf = nodes_[cur];
-        uint32_t last = leaf.ids.back();
-        leaf.ids[pos] = last;
-        leaf.ids.pop_back();
+        uint32_t last = pop_id(leaf, pos);
         if (last != id) find_id(last)->pos = pos;
-        Py_CLEAR(leaf.cached);
+        drop_cached(cur);
         if (--texts_[ti].refs == 0) drop_text(leaf, ti);
-        if (leaf.ids.empty()) {
-            leaf.ids.release();
-            retag(cur);
-        }
+        if (leaf.nids == 0) retag(cur);
         // Prune nodes left empty, bottom-up (the root stays).
         while (cur != 0 && nodes_[cur].empty()) {
             Node& n = nodes_[cur];
@@ -458,32 +500,38 @@ class Core {
     // An empty string when every invariant holds, else what is broken.
     std::string check() const {
         uint32_t live = 0, hashes = 0, ids = 0;
-        size_t live_text_bytes = 0;
+        size_t live_text_bytes = 0, pooled = 0;
         for (uint32_t i = 0; i < nodes_.size(); ++i) {
             const Node& n = nodes_[i];
-            if (!n.live) {
-                if (n.cached || n.texts != NO_TEXT || !n.ids.empty()) return "freed node holds data";
+            if (!n.live()) {
+                if (cached(i) || n.texts != NO_TEXT || n.nids != 0) return "freed node holds data";
                 continue;
             }
             ++live;
-            hashes += n.is_hash;
-            ids += static_cast<uint32_t>(n.ids.size());
+            hashes += n.is_hash();
+            ids += n.nids;
             if (i != 0 && n.empty()) return "unpruned empty node";
-            if (n.is_hash && (n.star != NO_NODE || n.hash != NO_NODE)) return "non-canonical";
-            if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash) return "hash edge to a non-# node";
-            if (n.star != NO_NODE && n.star != ((n.star & INDEX) | tags(n.star & INDEX))) return "star tag";
+            if (n.is_hash() && n.hash != NO_NODE) return "non-canonical";
+            if (n.is_hash() && n.star > epoch_) return "stamp from a future walk";
+            if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash()) return "hash edge to a non-# node";
+            uint32_t star = n.star_ref();
+            if (star != NO_NODE && star != ((star & INDEX) | tags(star & INDEX))) return "star tag";
             if (n.hash != NO_NODE && n.hash != ((n.hash & INDEX) | tags(n.hash & INDEX))) return "hash tag";
-            if (n.ids.empty() != (n.texts == NO_TEXT)) return "texts without ids";
-            if (n.star != NO_NODE &&
-                (nodes_[n.star & INDEX].parent != i || nodes_[n.star & INDEX].label != STAR))
+            if ((n.nids == 0) != (n.texts == NO_TEXT)) return "texts without ids";
+            if (n.nids >= 2) {
+                if (n.ids >= idvecs_.size() || idvecs_[n.ids].size() != n.nids) return "id vector size";
+                ++pooled;
+            }
+            if (star != NO_NODE &&
+                (nodes_[star & INDEX].parent != i || nodes_[star & INDEX].label != STAR))
                 return "star child's parent link";
             if (n.hash != NO_NODE &&
                 (nodes_[n.hash & INDEX].parent != i || nodes_[n.hash & INDEX].label != HASH))
                 return "hash child's parent link";
             if (i != 0) {
                 const Node& p = nodes_[n.parent];
-                if (!p.live) return "dead parent";
-                if (n.label == STAR ? (p.star & INDEX) != i
+                if (!p.live()) return "dead parent";
+                if (n.label == STAR ? (p.star_ref() & INDEX) != i
                     : n.label == HASH ? (p.hash & INDEX) != i
                                       : (child(n.parent, n.label) & INDEX) != i)
                     return "parent does not lead here";
@@ -497,8 +545,9 @@ class Core {
                     refs.emplace_back(t, 0);
                     live_text_bytes += texts_[t].len;
                 }
-                for (size_t pos = 0; pos < n.ids.size(); ++pos) {
-                    const IdSlot* s = find_id(n.ids[pos]);
+                const uint32_t* held = ids_of(i);
+                for (uint32_t pos = 0; pos < n.nids; ++pos) {
+                    const IdSlot* s = find_id(held[pos]);
                     if (s == nullptr || s->node != i || s->pos != pos) return "id table mismatch";
                     bool found = false;
                     for (auto& r : refs)
@@ -511,9 +560,29 @@ class Core {
                 for (const auto& r : refs)
                     if (r.second != texts_[r.first].refs) return "text refcount";
             }
-            if (n.cached != nullptr && static_cast<size_t>(PySet_GET_SIZE(n.cached)) != n.ids.size())
-                return "stale cached result";
         }
+        for (uint32_t k = 0; k < cached_.size(); ++k) {
+            const CachedSlot& c = cached_[k];
+            if (c.node_plus1 == 0) {
+                if (c.result != nullptr) return "cached result in an empty slot";
+                continue;
+            }
+            uint32_t i = c.node_plus1 - 1;
+            if (i >= nodes_.size() || cached_bucket(i) != k) return "cached slot of another node";
+            if (!nodes_[i].live() || c.result == nullptr) return "cached result of a freed node";
+            if (static_cast<size_t>(PySet_GET_SIZE(c.result)) != nodes_[i].nids)
+                return "stale cached result";
+            for (uint32_t pos = 0; pos < nodes_[i].nids; ++pos) {
+                PyObject* id = PyLong_FromUnsignedLong(ids_of(i)[pos]);
+                if (id == nullptr) throw std::bad_alloc();
+                int has = PySet_Contains(c.result, id);
+                Py_DECREF(id);
+                if (has != 1) return "cached result lacks an id";
+            }
+        }
+        if (pooled + free_idvecs_.size() != idvecs_.size()) return "id vector pool accounting";
+        for (uint32_t v : free_idvecs_)
+            if (v >= idvecs_.size() || idvecs_[v].size() != 0) return "free id vector in use";
         if (live != node_count_) return "node count";
         if (live_text_bytes + garbage_ != arena_.size()) return "text arena accounting";
         if (hashes != hash_count_) return "hash count";
@@ -524,7 +593,7 @@ class Core {
             if (e.child == NO_NODE) continue;
             ++edges;
             uint32_t c = e.child & INDEX;
-            if (!nodes_[c].live || nodes_[c].parent != e.parent) return "edge target";
+            if (!nodes_[c].live() || nodes_[c].parent != e.parent) return "edge target";
             if (e.child != (c | tags(c))) return "edge tag";
             if (e.word >= words_.size() || words_[e.word].refs == 0) return "edge word";
             ++children[e.parent];
@@ -532,7 +601,7 @@ class Core {
         }
         if (edges != edge_count_) return "edge count";
         for (uint32_t i = 0; i < nodes_.size(); ++i)
-            if (nodes_[i].live && children[i] != nodes_[i].nchildren) return "child count";
+            if (nodes_[i].live() && children[i] != nodes_[i].nchildren) return "child count";
         uint32_t words = 0;
         for (uint32_t w = 0; w < words_.size(); ++w) {
             if (wrefs[w] != words_[w].refs) return "word refcount";
@@ -592,6 +661,9 @@ class Core {
 
     std::vector<Node> nodes_;
     std::vector<uint32_t> free_nodes_;
+    std::vector<IdVec> idvecs_;          // ids of nodes holding two or more (Node::ids)
+    std::vector<uint32_t> free_idvecs_;
+    std::vector<CachedSlot> cached_;     // allocated on the first kept result
     std::vector<Edge> edges_;
     std::vector<IdSlot> idslots_;
     std::vector<WordEntry> words_;
@@ -618,6 +690,9 @@ class Core {
         uint64_t h = n;
         for (uint32_t i = 0; i < n; ++i) h = mix64(h ^ (static_cast<uint64_t>(nodes[i]) << 20));
         return static_cast<size_t>(h & (COMBO_SLOTS - 1));
+    }
+    static size_t cached_bucket(uint32_t node) {
+        return static_cast<size_t>((static_cast<uint64_t>(node) * 0x9E3779B97F4A7C15ULL) >> 48);
     }
     static size_t id_bucket(uint32_t id) {
         return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> 20);
@@ -667,12 +742,12 @@ class Core {
     // its word. Each node is processed at most once per level: nodes x (words + 1) steps.
     void reach(uint32_t ref) {
         if (!(ref & HAS_HASH)) return;
-        // A '#' node has one parent: the parent's stamp says whether it is active already
-        // (one read of a line the caller had in hand, not two).
-        Node& parent = nodes_[ref & INDEX];
-        if (parent.stamp == epoch_) return;
-        parent.stamp = epoch_;
-        uint32_t href = parent.hash;
+        // The '#' node's stamp says whether it is active already (its line is read once
+        // more at the end, for its ids, when it has some).
+        uint32_t href = nodes_[ref & INDEX].hash;
+        Node& h_node = nodes_[href & INDEX];
+        if (h_node.star == epoch_) return;  // a '#' node's stamp (see Node)
+        h_node.star = epoch_;
         active_.push_back(href);
         if (!(href & HAS_KIDS)) return;
         uint32_t h = href & INDEX;
@@ -730,7 +805,8 @@ class Core {
     const std::vector<uint32_t>* hash_walk(const uint32_t* words, size_t n,
                                            std::vector<uint32_t>* level_sizes) {
         if (++epoch_ == 0) {  // wrapped: forget every stamp
-            for (Node& node : nodes_) node.stamp = 0;
+            for (Node& node : nodes_)
+                if (node.is_hash()) node.star = 0;  // the stamp (see Node)
             epoch_ = 1;
         }
         // Distinct known words of the topic -> slots.
@@ -836,7 +912,7 @@ class Core {
         }
     }
 
-    uint32_t new_node(uint32_t parent, uint32_t label, bool is_hash) {
+    uint32_t new_node(uint32_t parent, uint32_t label) {
         uint32_t i;
         if (!free_nodes_.empty()) {
             i = free_nodes_.back();
@@ -848,19 +924,69 @@ class Core {
         }
         Node& n = nodes_[i];
         n.parent = parent;
-        n.label = label;
-        n.is_hash = is_hash;
-        n.live = true;
+        n.label = label;  // STAR / HASH / a word: live from here
         ++node_count_;
         return i;
     }
 
     void free_node(uint32_t i) {
-        Node& n = nodes_[i];
-        n.ids.release();
-        n = Node();
+        nodes_[i] = Node();  // empty: no ids (pop_id released them), no kept result
         free_nodes_.push_back(i);
         --node_count_;
+    }
+
+    // -- a node's ids ------------------------------------------------------------------------
+
+    void push_id(Node& n, uint32_t id) {
+        if (n.nids == 0) {
+            n.ids = id;
+        } else if (n.nids == 1) {
+            uint32_t v;
+            if (!free_idvecs_.empty()) {
+                v = free_idvecs_.back();
+                free_idvecs_.pop_back();
+            } else {
+                v = static_cast<uint32_t>(idvecs_.size());
+                idvecs_.emplace_back();
+            }
+            idvecs_[v].push_back(n.ids);
+            idvecs_[v].push_back(id);
+            n.ids = v;
+        } else {
+            idvecs_[n.ids].push_back(id);
+        }
+        ++n.nids;
+    }
+
+    // Remove the id at `pos` by moving the last one there; returns that last id. Two ids
+    // down to one go back inline (the pool entry is freed).
+    uint32_t pop_id(Node& n, uint32_t pos) {
+        if (n.nids == 1) {
+            uint32_t last = n.ids;
+            n.ids = 0;
+            n.nids = 0;
+            return last;
+        }
+        IdVec& v = idvecs_[n.ids];
+        uint32_t last = v.back();
+        v[pos] = last;
+        v.pop_back();
+        if (--n.nids == 1) {
+            uint32_t only = v[0];
+            v.release();
+            free_idvecs_.push_back(n.ids);
+            n.ids = only;
+        }
+        return last;
+    }
+
+    void drop_cached(uint32_t i) {
+        if (cached_.empty()) return;
+        CachedSlot& c = cached_[cached_bucket(i)];
+        if (c.node_plus1 != i + 1) return;
+        PyObject* old = c.result;
+        c = CachedSlot();
+        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
     }
 
     // -- words -------------------------------------------------------------------------------
