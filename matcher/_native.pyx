@@ -71,9 +71,8 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         uint32_t id_count(uint32_t)
         PyObject* cached(uint32_t)
         void keep_cached(uint32_t, PyObject*)
+        bint has(uint32_t)
         const char* pattern_of(uint32_t, uint32_t*)
-        size_t text_bytes()
-        size_t text_garbage()
         uint32_t word_id(const char*, uint32_t)
         void split_words(const char*, size_t, char, vector[uint32_t]&) except +
         const vector[uint32_t]* walk(const uint32_t*, size_t, vector[uint32_t]*) except +
@@ -128,8 +127,7 @@ cdef inline object _pattern(Core* core, uint32_t sub_id):
 
 
 cdef inline bint _has(Core* core, uint32_t sub_id):
-    cdef uint32_t size
-    return core.pattern_of(sub_id, &size) != NULL
+    return core.has(sub_id)
 
 
 cdef inline void _flush_wildcards(vector[Token]& out, Py_ssize_t stars, bint hashes):

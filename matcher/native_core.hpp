@@ -94,8 +94,10 @@ struct Word {
     uint32_t size;
 };
 
-// A distinct pattern text of a node: its bytes in the core's one text arena (no allocation
-// per subscription), and the next text of the same node (usually none).
+// A distinct pattern text of a node that is not the node's path text (the labels from the
+// root joined by '.', wildcards as '*' and '#'; most patterns are written so, and then
+// store no text at all: the id's text is NO_TEXT). Its bytes are in the core's one text
+// arena (no allocation per subscription); `next` is the next text of the same node.
 constexpr uint32_t NO_TEXT = 0xFFFFFFFFu;
 struct Text {
     uint32_t off;
@@ -169,7 +171,7 @@ struct Node {
     uint32_t parent = 0;
     uint32_t label = FREE;    // the edge from the parent: a word id, STAR or HASH; FREE: unused
     uint32_t nchildren = 0;   // literal edges out
-    uint32_t texts = NO_TEXT; // first distinct pattern text of the ids (usually the only one)
+    uint32_t texts = NO_TEXT; // first distinct text of the ids that is not the path's (see Text)
     uint32_t nids = 0;        // subscriptions ending here
     uint32_t ids = 0;         // nids == 1: the id; nids >= 2: its IdVec in Core::idvecs_
 
@@ -279,29 +281,26 @@ class Core {
         Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
     }
 
+    bool has(uint32_t id) const { return find_id(id) != nullptr; }
+
     // The pattern text of `id` (its bytes, `*size` of them), or nullptr. Valid until the
-    // next write.
+    // next write or the next call. O(depth) when it is the path's text.
     const char* pattern_of(uint32_t id, uint32_t* size) const {
         const IdSlot* s = find_id(id);
         if (s == nullptr) return nullptr;
-        const Text& t = texts_[s->text];
-        *size = t.len;
-        return arena_.data() + t.off;
+        return text_of(*s, size);
     }
 
     // Every (id, text bytes, size), in table order.
     template <class F>
     void for_each_id(F&& f) const {
+        uint32_t size;
         for (const IdSlot& s : idslots_)
             if (s.node != EMPTY_SLOT) {
-                const Text& t = texts_[s.text];
-                f(s.id, arena_.data() + t.off, t.len);
+                const char* text = text_of(s, &size);
+                f(s.id, text, size);
             }
     }
-
-    // Bytes held for pattern texts, and how many of them belong to removed texts.
-    size_t text_bytes() const { return arena_.size(); }
-    size_t text_garbage() const { return garbage_; }
 
     uint32_t word_id(const char* p, uint32_t n) const {
         uint64_t h = hash_bytes(p, n);
@@ -442,16 +441,19 @@ class Core {
             cur = next;
         }
         Node& leaf = nodes_[cur];
-        uint32_t ti = leaf.texts;
-        while (ti != NO_TEXT && !(texts_[ti].len == tlen &&
-                                  std::memcmp(arena_.data() + texts_[ti].off, text, tlen) == 0))
-            ti = texts_[ti].next;
-        if (ti == NO_TEXT) {
-            ti = new_text(text, tlen);
-            texts_[ti].next = leaf.texts;
-            leaf.texts = ti;
+        uint32_t ti = NO_TEXT;
+        if (!is_path_text(tokens, ntokens, text, tlen)) {
+            ti = leaf.texts;
+            while (ti != NO_TEXT && !(texts_[ti].len == tlen &&
+                                      std::memcmp(arena_.data() + texts_[ti].off, text, tlen) == 0))
+                ti = texts_[ti].next;
+            if (ti == NO_TEXT) {
+                ti = new_text(text, tlen);
+                texts_[ti].next = leaf.texts;
+                leaf.texts = ti;
+            }
+            ++texts_[ti].refs;
         }
-        ++texts_[ti].refs;
         insert_id(id, cur, ti, leaf.nids);
         push_id(leaf, id);  // may grow idvecs_, not nodes_: `leaf` stays valid
         drop_cached(cur);
@@ -472,7 +474,7 @@ class Core {
         uint32_t last = pop_id(leaf, pos);
         if (last != id) find_id(last)->pos = pos;
         drop_cached(cur);
-        if (--texts_[ti].refs == 0) drop_text(leaf, ti);
+        if (ti != NO_TEXT && --texts_[ti].refs == 0) drop_text(leaf, ti);
         if (leaf.nids == 0) retag(cur);
         // Prune nodes left empty, bottom-up (the root stays).
         while (cur != 0 && nodes_[cur].empty()) {
@@ -517,7 +519,7 @@ class Core {
             uint32_t star = n.star_ref();
             if (star != NO_NODE && star != ((star & INDEX) | tags(star & INDEX))) return "star tag";
             if (n.hash != NO_NODE && n.hash != ((n.hash & INDEX) | tags(n.hash & INDEX))) return "hash tag";
-            if ((n.nids == 0) != (n.texts == NO_TEXT)) return "texts without ids";
+            if (n.nids == 0 && n.texts != NO_TEXT) return "texts without ids";
             if (n.nids >= 2) {
                 if (n.ids >= idvecs_.size() || idvecs_[n.ids].size() != n.nids) return "id vector size";
                 ++pooled;
@@ -536,12 +538,16 @@ class Core {
                                       : (child(n.parent, n.label) & INDEX) != i)
                     return "parent does not lead here";
             }
-            if (n.texts != NO_TEXT) {
+            if (n.nids != 0) {
                 std::vector<std::pair<uint32_t, uint32_t>> refs;  // (text, ids using it)
+                std::string path = path_text(i);
                 for (uint32_t t = n.texts; t != NO_TEXT; t = texts_[t].next) {
                     if (t >= texts_.size() || texts_[t].refs == 0) return "dead text in a node";
                     if (texts_[t].off + static_cast<size_t>(texts_[t].len) > arena_.size())
                         return "text outside the arena";
+                    if (path.compare(0, std::string::npos, arena_.data() + texts_[t].off,
+                                     texts_[t].len) == 0)
+                        return "stored text equal to the path's";
                     refs.emplace_back(t, 0);
                     live_text_bytes += texts_[t].len;
                 }
@@ -549,6 +555,7 @@ class Core {
                 for (uint32_t pos = 0; pos < n.nids; ++pos) {
                     const IdSlot* s = find_id(held[pos]);
                     if (s == nullptr || s->node != i || s->pos != pos) return "id table mismatch";
+                    if (s->text == NO_TEXT) continue;  // the path's text
                     bool found = false;
                     for (auto& r : refs)
                         if (r.first == s->text) {
@@ -619,6 +626,7 @@ class Core {
     std::vector<Text> texts_;
     uint32_t free_text_ = NO_TEXT;
     std::string arena_;   // every live text's bytes, and garbage_ bytes of removed ones
+    mutable std::string text_scratch_;  // pattern_of's answer when it is a path text
     size_t garbage_ = 0;
 
     uint32_t new_text(const char* text, size_t tlen) {
@@ -634,6 +642,49 @@ class Core {
         if (arena_.size() + tlen > UINT32_MAX) throw std::length_error("text arena full");
         arena_.append(text, tlen);
         return ti;
+    }
+
+    // Whether `text` is the path text of `tokens` (see Text): then nothing is stored.
+    static bool is_path_text(const Token* tokens, size_t ntokens, const char* text, size_t tlen) {
+        size_t at = 0;
+        for (size_t i = 0; i < ntokens; ++i) {
+            if (i != 0) {
+                if (at >= tlen || text[at] != '.') return false;
+                ++at;
+            }
+            const Token& t = tokens[i];
+            const char* word = t.kind == STAR ? "*" : t.kind == HASH ? "#" : t.data;
+            size_t n = t.kind == 0 ? t.size : 1;
+            if (tlen - at < n || std::memcmp(text + at, word, n) != 0) return false;
+            at += n;
+        }
+        return at == tlen;
+    }
+
+    // The labels from the root to node `i` joined by '.' (wildcards as '*' and '#').
+    std::string path_text(uint32_t i) const {
+        std::vector<uint32_t> labels;
+        for (; i != 0; i = nodes_[i].parent) labels.push_back(nodes_[i].label);
+        std::string out;
+        for (size_t k = labels.size(); k-- > 0;) {
+            uint32_t label = labels[k];
+            if (k + 1 != labels.size()) out.push_back('.');
+            if (label == STAR) out.push_back('*');
+            else if (label == HASH) out.push_back('#');
+            else out.append(words_[label].text);
+        }
+        return out;
+    }
+
+    const char* text_of(const IdSlot& s, uint32_t* size) const {
+        if (s.text == NO_TEXT) {
+            text_scratch_ = path_text(s.node);
+            *size = static_cast<uint32_t>(text_scratch_.size());
+            return text_scratch_.data();
+        }
+        const Text& t = texts_[s.text];
+        *size = t.len;
+        return arena_.data() + t.off;
     }
 
     // Unlink text `ti` (no ids left) from `leaf`, free its record, and compact the arena
