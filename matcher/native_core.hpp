@@ -10,10 +10,14 @@
 // The id -> (node, pattern text) table is native too: nothing per subscription is a Python
 // object.
 //
-// Memory: at a million subscriptions the trie has ~3 million nodes, so a node is 32 bytes
-// (two a cache line): what only some nodes need lives beside them (ids past the first in
-// idvecs_, the results kept per end node in a bounded table, cached_), and a '#' node keeps
-// the walk's stamp in its '*' field (canonical patterns never give a '#' node a '*' child).
+// Memory: at a million subscriptions the trie had ~3 million nodes, most of them single-child
+// chains below the third word. A chain of literal words that ends a pattern and has no '#'
+// above it is one "tail leaf": the node of its first word, holding the rest of the words
+// (tails_) and the ids; the walk compares the topic's remaining words with them at once.
+// A node is 32 bytes (two a cache line): what only some nodes need lives beside them (ids
+// past the first in idvecs_, the results kept per end node in a bounded table, cached_),
+// and the '*' field is the stamp in a '#' node and the tail in a tail leaf (neither ever
+// has a '*' child).
 //
 // Thread safety is the caller's (matcher/_native.pyx): every method runs start to end
 // holding the GIL and calls no Python code, so no reader ever sees a half-applied write.
@@ -39,7 +43,8 @@ constexpr uint32_t HAS_STAR = 1u << 31;     // reference tags: what the referenc
 constexpr uint32_t HAS_HASH = 1u << 30;
 constexpr uint32_t HAS_IDS = 1u << 29;
 constexpr uint32_t HAS_KIDS = 1u << 28;     // literal children
-constexpr uint32_t INDEX = HAS_KIDS - 1;    // the node index part of a reference
+constexpr uint32_t HAS_TAIL = 1u << 27;     // a tail leaf (see Node)
+constexpr uint32_t INDEX = HAS_TAIL - 1;    // the node index part of a reference
 constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
 constexpr uint32_t MAX_NODES = INDEX;
 constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
@@ -163,9 +168,10 @@ class IdVec {
 // 32 bytes, all the walk reads of a node. One id is held inline (most end nodes hold one,
 // and a match then reads nothing else); two or more live in the pool Core::idvecs_.
 struct Node {
-    // Tagged reference to the '*' child. A '#' node never has one (canonical form: '#.*'
-    // is written '*.#'), so there the field is the hash walk's stamp: the walk that last made
-    // this node active. Read it through Core::star_of / stamp.
+    // Tagged reference to the '*' child (read it through star_ref()). A '#' node never has
+    // one (canonical form: '#.*' is written '*.#'), so there the field is the hash walk's
+    // stamp: the walk that last made this node active. A tail leaf has no child at all:
+    // there it is HAS_TAIL | the offset of its words in Core::tails_.
     uint32_t star = NO_NODE;
     uint32_t hash = NO_NODE;  // tagged reference to the '#' child
     uint32_t parent = 0;
@@ -177,7 +183,8 @@ struct Node {
 
     bool live() const { return label != FREE; }
     bool is_hash() const { return label == HASH; }
-    uint32_t star_ref() const { return is_hash() ? NO_NODE : star; }
+    bool is_tail() const { return !is_hash() && (star & HAS_TAIL); }
+    uint32_t star_ref() const { return is_hash() || (star & HAS_TAIL) ? NO_NODE : star; }
     bool empty() const {
         return nids == 0 && nchildren == 0 && star_ref() == NO_NODE && hash == NO_NODE;
     }
@@ -336,7 +343,8 @@ class Core {
     }
 
     // One step of the walk from ``ref`` over word ``w``: its literal child and its '*'
-    // child, kept when they have what the rest of the walk needs (``keep``'s flags).
+    // child, kept when they have what the rest of the walk needs (``keep``'s flags). Only
+    // for nodes below a '#' (static_step): those never lead to a tail leaf.
     inline void step(uint32_t ref, uint32_t w, uint32_t keep, std::vector<uint32_t>& next) const {
         if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
             uint32_t c = child(ref & INDEX, w);
@@ -362,7 +370,7 @@ class Core {
     uint32_t tags(uint32_t i) const {
         const Node& n = nodes_[i];
         return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
-               (n.nids ? HAS_IDS : 0) | (n.nchildren ? HAS_KIDS : 0);
+               (n.nids ? HAS_IDS : 0) | (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0);
     }
 
     // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
@@ -408,6 +416,7 @@ class Core {
         if (find_id(id) != nullptr) return false;
         ++version_;
         uint32_t cur = 0;
+        bool under_hash = false;  // no tail leaf below a '#' (see tail_matches)
         for (size_t i = 0; i < ntokens; ++i) {
             const Token& t = tokens[i];
             uint32_t next;
@@ -421,6 +430,7 @@ class Core {
                     retag(cur);
                 }
             } else if (t.kind == HASH) {
+                under_hash = true;
                 next = nodes_[cur].hash & INDEX;
                 if (next == NO_NODE) {
                     next = new_node(cur, HASH);
@@ -430,12 +440,28 @@ class Core {
                 }
             } else {
                 uint32_t w = intern(t.data, t.size);
-                next = child(cur, w) & INDEX;
-                if (next == NO_NODE) {
+                uint32_t ref = child(cur, w);
+                next = ref & INDEX;
+                size_t rest = ntokens - i - 1;
+                if (ref & HAS_TAIL) {
+                    if (same_tail(next, tokens + i + 1, rest)) {
+                        cur = next;
+                        break;
+                    }
+                    unfold(next);  // another pattern through the chain: make it nodes
+                    next = child(cur, w) & INDEX;
+                } else if (next == NO_NODE) {
+                    bool tail = !under_hash && rest > 0;
+                    for (size_t j = i + 1; tail && j < ntokens; ++j) tail = tokens[j].kind == 0;
                     next = new_node(cur, w);
                     ++words_[w].refs;
-                    insert_edge(cur, w, next);
+                    if (tail) nodes_[next].star = HAS_TAIL | new_tail(tokens + i + 1, rest);
+                    insert_edge(cur, w, next | (tail ? HAS_TAIL : 0));
                     if (++nodes_[cur].nchildren == 1) retag(cur);
+                    if (tail) {
+                        cur = next;
+                        break;
+                    }
                 }
             }
             cur = next;
@@ -489,6 +515,7 @@ class Core {
                 --hash_count_;
                 retag(parent);
             } else {
+                if (n.is_tail()) drop_tail(cur);
                 erase_edge(parent, n.label);
                 release_word(n.label);
                 if (--p.nchildren == 0) retag(parent);
@@ -502,7 +529,8 @@ class Core {
     // An empty string when every invariant holds, else what is broken.
     std::string check() const {
         uint32_t live = 0, hashes = 0, ids = 0;
-        size_t live_text_bytes = 0, pooled = 0;
+        size_t live_text_bytes = 0, pooled = 0, live_tail = 0;
+        std::vector<uint32_t> tail_words(words_.size(), 0);
         for (uint32_t i = 0; i < nodes_.size(); ++i) {
             const Node& n = nodes_[i];
             if (!n.live()) {
@@ -515,6 +543,20 @@ class Core {
             if (i != 0 && n.empty()) return "unpruned empty node";
             if (n.is_hash() && n.hash != NO_NODE) return "non-canonical";
             if (n.is_hash() && n.star > epoch_) return "stamp from a future walk";
+            if (n.is_tail()) {
+                uint32_t at = n.star & INDEX;
+                if (n.nids == 0 || n.nchildren != 0 || n.hash != NO_NODE || n.label >= words_.size())
+                    return "tail leaf with children or without ids";
+                if (at >= tails_.size() || tails_[at] == 0 || at + tails_[at] >= tails_.size())
+                    return "tail outside the tail arena";
+                for (uint32_t k = 1; k <= tails_[at]; ++k) {
+                    if (tails_[at + k] >= words_.size()) return "tail word";
+                    ++tail_words[tails_[at + k]];
+                }
+                live_tail += 1 + tails_[at];
+                for (uint32_t a = n.parent; a != 0; a = nodes_[a].parent)
+                    if (nodes_[a].is_hash()) return "tail leaf below a '#'";
+            }
             if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash()) return "hash edge to a non-# node";
             uint32_t star = n.star_ref();
             if (star != NO_NODE && star != ((star & INDEX) | tags(star & INDEX))) return "star tag";
@@ -592,6 +634,7 @@ class Core {
             if (v >= idvecs_.size() || idvecs_[v].size() != 0) return "free id vector in use";
         if (live != node_count_) return "node count";
         if (live_text_bytes + garbage_ != arena_.size()) return "text arena accounting";
+        if (live_tail + tail_garbage_ != tails_.size()) return "tail arena accounting";
         if (hashes != hash_count_) return "hash count";
         if (ids != id_count_) return "id count";
         uint32_t edges = 0;
@@ -611,7 +654,7 @@ class Core {
             if (nodes_[i].live() && children[i] != nodes_[i].nchildren) return "child count";
         uint32_t words = 0;
         for (uint32_t w = 0; w < words_.size(); ++w) {
-            if (wrefs[w] != words_[w].refs) return "word refcount";
+            if (wrefs[w] + tail_words[w] != words_[w].refs) return "word refcount";
             if (words_[w].refs) {
                 ++words;
                 if (word_id(words_[w].text.data(), static_cast<uint32_t>(words_[w].text.size())) != w)
@@ -663,6 +706,7 @@ class Core {
 
     // The labels from the root to node `i` joined by '.' (wildcards as '*' and '#').
     std::string path_text(uint32_t i) const {
+        uint32_t i_tail = nodes_[i].is_tail() ? i : NO_NODE;
         std::vector<uint32_t> labels;
         for (; i != 0; i = nodes_[i].parent) labels.push_back(nodes_[i].label);
         std::string out;
@@ -672,6 +716,13 @@ class Core {
             if (label == STAR) out.push_back('*');
             else if (label == HASH) out.push_back('#');
             else out.append(words_[label].text);
+        }
+        if (i_tail != NO_NODE) {
+            uint32_t at = nodes_[i_tail].star & INDEX;
+            for (uint32_t k = 1; k <= tails_[at]; ++k) {
+                out.push_back('.');
+                out.append(words_[tails_[at + k]].text);
+            }
         }
         return out;
     }
@@ -715,6 +766,9 @@ class Core {
     std::vector<IdVec> idvecs_;          // ids of nodes holding two or more (Node::ids)
     std::vector<uint32_t> free_idvecs_;
     std::vector<CachedSlot> cached_;     // allocated on the first kept result
+    std::vector<uint32_t> tails_;        // per tail leaf: its word count, then the words
+    size_t tail_garbage_ = 0;            // entries of tails_ no leaf uses
+    std::vector<uint32_t> tail_ends_;    // walk scratch: tail leaves that matched
     std::vector<Edge> edges_;
     std::vector<IdSlot> idslots_;
     std::vector<WordEntry> words_;
@@ -754,6 +808,8 @@ class Core {
         // holds each node at most once.
         std::vector<uint32_t>& level = level_;
         std::vector<uint32_t>& next = next_;
+        std::vector<uint32_t>& ends = tail_ends_;
+        ends.clear();
         level.clear();
         level.push_back(tags(0));
         for (size_t i = 0; i < n; ++i) {
@@ -763,12 +819,25 @@ class Core {
             uint32_t keep = i + 1 < n ? HAS_EDGES : HAS_IDS;
             next.clear();
             prefetch_level(level, w);
+            const bool known = w != UNKNOWN_WORD;
             for (uint32_t ref : level) {
-                step(ref, w, keep, next);
+                if ((ref & HAS_KIDS) && known) {
+                    uint32_t c = child(ref & INDEX, w);
+                    if (c & HAS_TAIL) {
+                        if (tail_matches(c, words + i + 1, n - i - 1)) ends.push_back(c);
+                    } else if (c & keep) {
+                        next.push_back(c);
+                    }
+                }
+                if (ref & HAS_STAR) {
+                    uint32_t c = nodes_[ref & INDEX].star;
+                    if (c & keep) next.push_back(c);
+                }
             }
             level.swap(next);
             if (level.empty()) break;
         }
+        level.insert(level.end(), ends.begin(), ends.end());  // tail leaves that matched
         // The caller reads the end nodes that hold ids next: ask for them all at once.
         for (uint32_t ref : level)
             if (ref & HAS_IDS) __builtin_prefetch(&nodes_[ref & INDEX]);
@@ -882,6 +951,7 @@ class Core {
         }
         memo_touched_.clear();
         active_.clear();
+        tail_ends_.clear();
         // A level: `level` (nodes reached through literal and '*' edges) plus its static
         // part, by_word_[static_slot][:static_len] (children of active '#' nodes).
         std::vector<uint32_t>& level = level_;
@@ -912,7 +982,11 @@ class Core {
                 for (uint32_t ref : level) {
                     if ((ref & HAS_KIDS) && known) {
                         uint32_t c = probe(edges, mask, ref & INDEX, w);
-                        if (c & keep) *out++ = c;
+                        if (c & HAS_TAIL) {
+                            if (tail_matches(c, words + i + 1, n - i - 1)) tail_ends_.push_back(c);
+                        } else if (c & keep) {
+                            *out++ = c;
+                        }
                     }
                     if (ref & HAS_STAR) {
                         uint32_t c = nodes[ref & INDEX].star;
@@ -933,7 +1007,7 @@ class Core {
             level.swap(next);
             static_slot = slot;
             static_len = len;
-            if (level.empty() && len == 0 && active_.empty()) return &level;
+            if (level.empty() && len == 0 && active_.empty()) break;
         }
         if (static_len)
             for (uint32_t j = 0; j < static_len; ++j) {
@@ -941,6 +1015,7 @@ class Core {
                 if (ref & HAS_IDS) level.push_back(ref);
             }
         level.insert(level.end(), active_.begin(), active_.end());
+        level.insert(level.end(), tail_ends_.begin(), tail_ends_.end());  // tail leaves that matched
         return &level;
     }
 
@@ -984,6 +1059,89 @@ class Core {
         nodes_[i] = Node();  // empty: no ids (pop_id released them), no kept result
         free_nodes_.push_back(i);
         --node_count_;
+    }
+
+    // -- tail leaves ---------------------------------------------------------------------------
+
+    // Whether the topic's words after the one that reached tail leaf `ref` are its tail:
+    // then it is an end node. A tail leaf has no '#' above it, so it is reached only at
+    // one position of a walk, from its one parent, and this check is the whole rest.
+    bool tail_matches(uint32_t ref, const uint32_t* rest, size_t nrest) const {
+        const uint32_t* t = tails_.data() + (nodes_[ref & INDEX].star & INDEX);
+        if (t[0] != nrest) return false;
+        for (size_t k = 0; k < nrest; ++k)
+            if (t[k + 1] != rest[k]) return false;
+        return true;
+    }
+
+    // Whether the literal `tokens[:n]` are tail leaf `leaf`'s tail.
+    bool same_tail(uint32_t leaf, const Token* tokens, size_t n) const {
+        const uint32_t* t = tails_.data() + (nodes_[leaf].star & INDEX);
+        if (t[0] != n) return false;
+        for (size_t k = 0; k < n; ++k)
+            if (tokens[k].kind != 0 || word_id(tokens[k].data, tokens[k].size) != t[k + 1])
+                return false;
+        return true;
+    }
+
+    uint32_t new_tail(const Token* tokens, size_t n) {
+        size_t at = tails_.size();
+        if (at + n + 1 > INDEX) throw std::length_error("tail arena full");
+        tails_.push_back(static_cast<uint32_t>(n));
+        for (size_t k = 0; k < n; ++k) {
+            uint32_t w = intern(tokens[k].data, tokens[k].size);
+            ++words_[w].refs;  // a word's refs: edges labelled with it and tails holding it
+            tails_.push_back(w);
+        }
+        return static_cast<uint32_t>(at);
+    }
+
+    // Tail leaf `leaf` becomes a chain of ordinary nodes (a new pattern goes through or
+    // beside it); the leaf keeps its index (the id table points at it) at the chain's end.
+    void unfold(uint32_t leaf) {
+        uint32_t at = nodes_[leaf].star & INDEX;
+        std::vector<uint32_t> words(tails_.begin() + at + 1, tails_.begin() + at + 1 + tails_[at]);
+        tail_garbage_ += 1 + words.size();
+        nodes_[leaf].star = NO_NODE;
+        uint32_t parent = nodes_[leaf].parent, label = nodes_[leaf].label;
+        erase_edge(parent, label);
+        for (uint32_t w : words) {  // each word's ref moves from the tail to an edge
+            uint32_t n = new_node(parent, label);
+            nodes_[n].nchildren = 1;
+            insert_edge(parent, label, n | HAS_KIDS);
+            parent = n;
+            label = w;
+        }
+        nodes_[leaf].parent = parent;
+        nodes_[leaf].label = label;
+        insert_edge(parent, label, leaf | tags(leaf));
+        compact_tails();
+    }
+
+    // Tail leaf `i` is being freed: release its words and its entries.
+    void drop_tail(uint32_t i) {
+        uint32_t at = nodes_[i].star & INDEX;
+        uint32_t n = tails_[at];
+        for (uint32_t k = 1; k <= n; ++k) release_word(tails_[at + k]);
+        tail_garbage_ += 1 + n;
+        nodes_[i].star = NO_NODE;
+        compact_tails();
+    }
+
+    // Once unused entries fill half of tails_, copy the live ones (amortized O(1) per
+    // entry freed; O(nodes) to find the leaves).
+    void compact_tails() {
+        if (tail_garbage_ <= 4096 || tail_garbage_ * 2 <= tails_.size()) return;
+        std::vector<uint32_t> fresh;
+        fresh.reserve(tails_.size() - tail_garbage_);
+        for (Node& n : nodes_) {
+            if (!n.live() || !n.is_tail()) continue;
+            uint32_t at = n.star & INDEX;
+            n.star = HAS_TAIL | static_cast<uint32_t>(fresh.size());
+            fresh.insert(fresh.end(), tails_.begin() + at, tails_.begin() + at + 1 + tails_[at]);
+        }
+        tails_.swap(fresh);
+        tail_garbage_ = 0;
     }
 
     // -- a node's ids ------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_words_nodes_and_cached_results_follow_writes() -> None:
     m = NativeMatcher()
     for i in range(2_000):
         m.subscribe(i, f"w{i}.x")
-    assert m.node_count() == 1 + 2 * 2_000
+    assert m.node_count() == 1 + 2_000  # 'w{i}' is a tail leaf holding 'x'
     for i in range(2_000):
         assert set(m.match(f"w{i}.x")) == {i}  # caches a frozenset on each leaf
     for i in range(2_000):
@@ -288,3 +288,41 @@ def test_kept_results_are_bounded_and_follow_writes() -> None:
         want = {i, count + i} if i % 14 == 0 else ({i} if i % 14 != 7 else set())
         assert set(m.match(f"k{i}")) == want
     m._check()
+
+
+def test_tail_leaves_unfold_prune_and_compact() -> None:
+    """Chains of literal words that end a pattern are one tail leaf: patterns through,
+    beside, above or below a chain unfold it into nodes, removals free tails (the tail
+    arena compacts), and every match equals the naive rule's. Words repeat so chains
+    share prefixes; '*' and '#' patterns sit beside them."""
+    rng = random.Random(7)
+    words = ["a", "b", "c", ""]
+    m = create_matcher("native", "amqp")
+    naive = create_matcher("naive", "amqp")
+    live: dict[int, str] = {}
+    for step in range(6_000):
+        if live and rng.random() < 0.4:
+            sub_id = rng.choice(list(live))
+            assert m.unsubscribe(sub_id) and naive.unsubscribe(sub_id)
+            del live[sub_id]
+        else:
+            parts = [rng.choice(words) for _ in range(rng.randint(1, 6))]
+            if rng.random() < 0.1:
+                parts[rng.randrange(len(parts))] = rng.choice(["*", "#"])
+            pattern = ".".join(parts)
+            m.subscribe(step, pattern)
+            naive.subscribe(step, pattern)
+            live[step] = pattern
+        if step % 1_000 == 0:
+            m._check()
+    m._check()
+    assert dict(m.subscriptions()) == live
+    for _ in range(500):
+        topic = ".".join(rng.choice(words[:3]) for _ in range(rng.randint(0, 7)))
+        assert m.match(topic) == naive.match(topic), topic
+    many = create_matcher("native", "amqp")
+    many.subscribe_many((i, f"t{i}.x.y.z") for i in range(5_000))
+    for i in range(4_000):
+        assert many.unsubscribe(i)
+    many._check()  # the tail arena compacted; its accounting holds
+    assert sorted(many.match("t4500.x.y.z")) == [4500] and not many.match("t4500.x.y")
