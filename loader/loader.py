@@ -142,6 +142,7 @@ class Loader:
         with self._catch_up_lock:
             self._catch_up_table(table)  # changes that landed while building
             self.table = table
+        self.db.release_memory()  # before the heap is trimmed: what DuckDB frees goes too
         _settle_heap()
         self.rebuild_seconds = time.perf_counter() - started
         log.info(

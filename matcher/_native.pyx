@@ -61,25 +61,18 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         uint32_t size
         uint32_t kind
 
-    cdef cppclass IdVec:
-        uint32_t size()
-        const uint32_t* data()
-
-    cdef cppclass Node:
-        IdVec ids
-        PyObject* cached
-
     cdef cppclass Core:
         Core() except +
         uint32_t size()
         uint32_t node_count()
         uint32_t hash_count()
         uint64_t version()
-        const Node& node(uint32_t)
-        Node& node_mut(uint32_t)
+        const uint32_t* ids_of(uint32_t)
+        uint32_t id_count(uint32_t)
+        PyObject* cached(uint32_t)
+        void keep_cached(uint32_t, PyObject*)
+        bint has(uint32_t)
         const char* pattern_of(uint32_t, uint32_t*)
-        size_t text_bytes()
-        size_t text_garbage()
         uint32_t word_id(const char*, uint32_t)
         void split_words(const char*, size_t, char, vector[uint32_t]&) except +
         const vector[uint32_t]* walk(const uint32_t*, size_t, vector[uint32_t]*) except +
@@ -106,8 +99,9 @@ cdef extern from *:
 
 
 #: Results of up to this many ids are kept per node as a frozenset (built on the first
-#: match that ends on the node alone, dropped by any write to it), as ``trie`` keeps small
-#: frozensets: the common single-node match then returns without building anything.
+#: match that ends on the node alone, dropped by any write to it; in a bounded table, see
+#: native_core.hpp), as ``trie`` keeps small frozensets: the common single-node match then
+#: returns without building anything.
 cdef size_t CACHED_MAX = 16
 
 
@@ -133,8 +127,7 @@ cdef inline object _pattern(Core* core, uint32_t sub_id):
 
 
 cdef inline bint _has(Core* core, uint32_t sub_id):
-    cdef uint32_t size
-    return core.pattern_of(sub_id, &size) != NULL
+    return core.has(sub_id)
 
 
 cdef inline void _flush_wildcards(vector[Token]& out, Py_ssize_t stars, bint hashes):
@@ -331,7 +324,7 @@ cdef class _Core:
                         j -= 1
                     holding[j] = node
                 holders += 1
-                total += self.core.node(node).ids.size()
+                total += self.core.id_count(node)
                 last = node
         if holders == 0:
             return EMPTY
@@ -340,17 +333,16 @@ cdef class _Core:
         cdef PyObject* cached
         cdef const uint32_t* ids
         if holders == 1:
-            cached = self.core.node(last).cached
+            cached = self.core.cached(last)
             if cached != NULL:
                 return <object>cached
-            ids = self.core.node(last).ids.data()
+            ids = self.core.ids_of(last)
             found.assign(ids, ids + total)
             version = self.core.version()
             result = _frozen(found)
             if total <= CACHED_MAX and self.core.version() == version:
                 # No write ran while the frozenset was built: ``last`` is still that node.
-                Py_INCREF(result)
-                self.core.node_mut(last).cached = <PyObject*>result
+                self.core.keep_cached(last, <PyObject*>result)
             return result
         cdef bint keep = holders <= COMBO_NODES and total <= COMBO_IDS
         if keep:
@@ -361,8 +353,9 @@ cdef class _Core:
         for i in range(n):
             ref = ends[0][i]
             if ref & HAS_IDS:
-                ids = self.core.node(ref & INDEX).ids.data()
-                found.insert(found.end(), ids, ids + self.core.node(ref & INDEX).ids.size())
+                node = ref & INDEX
+                ids = self.core.ids_of(node)
+                found.insert(found.end(), ids, ids + self.core.id_count(node))
         version = self.core.version()
         result = _frozen(found)
         if keep:

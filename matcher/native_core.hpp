@@ -10,6 +10,15 @@
 // The id -> (node, pattern text) table is native too: nothing per subscription is a Python
 // object.
 //
+// Memory: at a million subscriptions the trie had ~3 million nodes, most of them single-child
+// chains below the third word. A chain of literal words that ends a pattern and has no '#'
+// above it is one "tail leaf": the node of its first word, holding the rest of the words
+// (tails_) and the ids; the walk compares the topic's remaining words with them at once.
+// A node is 32 bytes (two a cache line): what only some nodes need lives beside them (ids
+// past the first in idvecs_, the results kept per end node in a bounded table, cached_),
+// and the '*' field is the stamp in a '#' node and the tail in a tail leaf (neither ever
+// has a '*' child).
+//
 // Thread safety is the caller's (matcher/_native.pyx): every method runs start to end
 // holding the GIL and calls no Python code, so no reader ever sees a half-applied write.
 // The only Python calls are Py_INCREF/Py_XDECREF of the cached per-node results (frozensets
@@ -34,13 +43,15 @@ constexpr uint32_t HAS_STAR = 1u << 31;     // reference tags: what the referenc
 constexpr uint32_t HAS_HASH = 1u << 30;
 constexpr uint32_t HAS_IDS = 1u << 29;
 constexpr uint32_t HAS_KIDS = 1u << 28;     // literal children
-constexpr uint32_t INDEX = HAS_KIDS - 1;    // the node index part of a reference
+constexpr uint32_t HAS_TAIL = 1u << 27;     // a tail leaf (see Node)
+constexpr uint32_t INDEX = HAS_TAIL - 1;    // the node index part of a reference
 constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
 constexpr uint32_t MAX_NODES = INDEX;
 constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
 constexpr uint32_t UNKNOWN_WORD = 0xFFFFFFFFu;  // a topic word no pattern names
 constexpr uint32_t STAR = 0xFFFFFFFEu;        // token / edge label of '*'
 constexpr uint32_t HASH = 0xFFFFFFFDu;        // token / edge label of '#'
+constexpr uint32_t FREE = 0xFFFFFFFCu;        // label of a free node record
 
 inline uint64_t mix64(uint64_t x) {
     x ^= x >> 33;
@@ -88,8 +99,10 @@ struct Word {
     uint32_t size;
 };
 
-// A distinct pattern text of a node: its bytes in the core's one text arena (no allocation
-// per subscription), and the next text of the same node (usually none).
+// A distinct pattern text of a node that is not the node's path text (the labels from the
+// root joined by '.', wildcards as '*' and '#'; most patterns are written so, and then
+// store no text at all: the id's text is NO_TEXT). Its bytes are in the core's one text
+// arena (no allocation per subscription); `next` is the next text of the same node.
 constexpr uint32_t NO_TEXT = 0xFFFFFFFFu;
 struct Text {
     uint32_t off;
@@ -98,9 +111,8 @@ struct Text {
     uint32_t next;
 };
 
-// A node's ids: up to two inline (most nodes hold one or two subscriptions, and a match
-// then reads no second cache line), more in a heap array. Trivially copyable so the node
-// vector can grow by memmove; the owner frees it (release()).
+// The ids of a node holding two or more: two inline, more in a heap array. Trivially
+// copyable so the pool (Core::idvecs_) can grow by memmove; the owner frees it (release()).
 class IdVec {
    public:
     uint32_t size() const { return size_; }
@@ -153,22 +165,31 @@ class IdVec {
     }
 };
 
-// One cache line: the walk's reads of a node (tags aside) touch this line only.
-struct alignas(64) Node {
-    uint32_t star = NO_NODE;  // tagged reference to the '*' child
+// 32 bytes, all the walk reads of a node. One id is held inline (most end nodes hold one,
+// and a match then reads nothing else); two or more live in the pool Core::idvecs_.
+struct Node {
+    // Tagged reference to the '*' child (read it through star_ref()). A '#' node never has
+    // one (canonical form: '#.*' is written '*.#'), so there the field is the hash walk's
+    // stamp: the walk that last made this node active. A tail leaf has no child at all:
+    // there it is HAS_TAIL | the offset of its words in Core::tails_.
+    uint32_t star = NO_NODE;
     uint32_t hash = NO_NODE;  // tagged reference to the '#' child
     uint32_t parent = 0;
-    uint32_t label = 0;      // the edge from the parent: a word id, STAR or HASH
-    uint32_t nchildren = 0;  // literal edges out
-    uint32_t stamp = 0;      // the hash walk that last made this node's '#' child active
-    bool is_hash = false;
-    bool live = false;
-    IdVec ids;                        // subscriptions ending here; ids[pos] per the id table
-    uint32_t texts = NO_TEXT;         // first distinct pattern text of those ids (usually one)
-    PyObject* cached = nullptr;       // frozenset(ids), built on a match, cleared on write
+    uint32_t label = FREE;    // the edge from the parent: a word id, STAR or HASH; FREE: unused
+    uint32_t nchildren = 0;   // literal edges out
+    uint32_t texts = NO_TEXT; // first distinct text of the ids that is not the path's (see Text)
+    uint32_t nids = 0;        // subscriptions ending here
+    uint32_t ids = 0;         // nids == 1: the id; nids >= 2: its IdVec in Core::idvecs_
 
-    bool empty() const { return ids.empty() && nchildren == 0 && star == NO_NODE && hash == NO_NODE; }
+    bool live() const { return label != FREE; }
+    bool is_hash() const { return label == HASH; }
+    bool is_tail() const { return !is_hash() && (star & HAS_TAIL); }
+    uint32_t star_ref() const { return is_hash() || (star & HAS_TAIL) ? NO_NODE : star; }
+    bool empty() const {
+        return nids == 0 && nchildren == 0 && star_ref() == NO_NODE && hash == NO_NODE;
+    }
 };
+static_assert(sizeof(Node) == 32, "two nodes a cache line");
 
 struct Edge {
     uint32_t parent;
@@ -206,11 +227,21 @@ struct WordSlot {
     uint32_t id_plus1;  // 0: free slot
 };
 
+// A result of one end node (frozenset of its ids), kept for the next match ending there
+// alone; dropped by a write to the node. Direct-mapped by node: bounded memory however
+// many nodes are matched over time (one frozenset per end node was unbounded).
+constexpr size_t CACHED_SLOTS = 1u << 16;
+
+struct CachedSlot {
+    uint32_t node_plus1 = 0;  // 0: empty
+    PyObject* result = nullptr;
+};
+
 class Core {
    public:
     Core() {
         nodes_.emplace_back();
-        nodes_[0].live = true;
+        nodes_[0].label = 0;  // the root: live, nobody's child
         edges_.assign(16, Edge{0, 0, NO_NODE});
         idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
         wordslots_.assign(16, WordSlot{0, 0});
@@ -219,10 +250,8 @@ class Core {
     Core& operator=(const Core&) = delete;
     ~Core() {
         for (ComboSlot& c : combos_) Py_XDECREF(c.result);
-        for (Node& n : nodes_) {
-            Py_XDECREF(n.cached);
-            n.ids.release();
-        }
+        for (CachedSlot& c : cached_) Py_XDECREF(c.result);
+        for (IdVec& v : idvecs_) v.release();
     }
 
     // -- reads -----------------------------------------------------------------------------
@@ -232,31 +261,53 @@ class Core {
     uint32_t hash_count() const { return hash_count_; }
     uint64_t version() const { return version_; }
     const Node& node(uint32_t i) const { return nodes_[i]; }
-    Node& node_mut(uint32_t i) { return nodes_[i]; }
+
+    // The ids of node `i` (nodes_[i].nids of them). Valid until the next write.
+    const uint32_t* ids_of(uint32_t i) const {
+        const Node& n = nodes_[i];
+        return n.nids <= 1 ? &n.ids : idvecs_[n.ids].data();
+    }
+    uint32_t id_count(uint32_t i) const { return nodes_[i].nids; }
+
+    // The kept frozenset of node `i`'s ids (borrowed), or nullptr.
+    PyObject* cached(uint32_t i) const {
+        if (cached_.empty()) return nullptr;
+        const CachedSlot& c = cached_[cached_bucket(i)];
+        return c.node_plus1 == i + 1 ? c.result : nullptr;
+    }
+
+    // Keep `result` (a new reference is taken) as node `i`'s; the caller checked that no
+    // write ran since it read the ids (the version did not move).
+    void keep_cached(uint32_t i, PyObject* result) {
+        if (cached_.empty()) cached_.resize(CACHED_SLOTS);
+        CachedSlot& c = cached_[cached_bucket(i)];
+        PyObject* old = c.result;
+        Py_INCREF(result);
+        c.result = result;
+        c.node_plus1 = i + 1;
+        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
+    }
+
+    bool has(uint32_t id) const { return find_id(id) != nullptr; }
 
     // The pattern text of `id` (its bytes, `*size` of them), or nullptr. Valid until the
-    // next write.
+    // next write or the next call. O(depth) when it is the path's text.
     const char* pattern_of(uint32_t id, uint32_t* size) const {
         const IdSlot* s = find_id(id);
         if (s == nullptr) return nullptr;
-        const Text& t = texts_[s->text];
-        *size = t.len;
-        return arena_.data() + t.off;
+        return text_of(*s, size);
     }
 
     // Every (id, text bytes, size), in table order.
     template <class F>
     void for_each_id(F&& f) const {
+        uint32_t size;
         for (const IdSlot& s : idslots_)
             if (s.node != EMPTY_SLOT) {
-                const Text& t = texts_[s.text];
-                f(s.id, arena_.data() + t.off, t.len);
+                const char* text = text_of(s, &size);
+                f(s.id, text, size);
             }
     }
-
-    // Bytes held for pattern texts, and how many of them belong to removed texts.
-    size_t text_bytes() const { return arena_.size(); }
-    size_t text_garbage() const { return garbage_; }
 
     uint32_t word_id(const char* p, uint32_t n) const {
         uint64_t h = hash_bytes(p, n);
@@ -292,7 +343,8 @@ class Core {
     }
 
     // One step of the walk from ``ref`` over word ``w``: its literal child and its '*'
-    // child, kept when they have what the rest of the walk needs (``keep``'s flags).
+    // child, kept when they have what the rest of the walk needs (``keep``'s flags). Only
+    // for nodes below a '#' (static_step): those never lead to a tail leaf.
     inline void step(uint32_t ref, uint32_t w, uint32_t keep, std::vector<uint32_t>& next) const {
         if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
             uint32_t c = child(ref & INDEX, w);
@@ -317,8 +369,8 @@ class Core {
     // The tags of node `i` (what a reference to it carries).
     uint32_t tags(uint32_t i) const {
         const Node& n = nodes_[i];
-        return (n.star != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
-               (n.ids.empty() ? 0 : HAS_IDS) | (n.nchildren ? HAS_KIDS : 0);
+        return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
+               (n.nids ? HAS_IDS : 0) | (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0);
     }
 
     // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
@@ -364,51 +416,74 @@ class Core {
         if (find_id(id) != nullptr) return false;
         ++version_;
         uint32_t cur = 0;
+        bool under_hash = false;  // no tail leaf below a '#' (see tail_matches)
         for (size_t i = 0; i < ntokens; ++i) {
             const Token& t = tokens[i];
             uint32_t next;
+            if (nodes_[cur].is_hash() && t.kind != 0)  // its '*' field is the stamp
+                throw std::logic_error("non-canonical pattern: a wildcard after '#'");
             if (t.kind == STAR) {
                 next = nodes_[cur].star & INDEX;
                 if (next == NO_NODE) {
-                    next = new_node(cur, STAR, false);
+                    next = new_node(cur, STAR);
                     nodes_[cur].star = next;
                     retag(cur);
                 }
             } else if (t.kind == HASH) {
+                under_hash = true;
                 next = nodes_[cur].hash & INDEX;
                 if (next == NO_NODE) {
-                    next = new_node(cur, HASH, true);
+                    next = new_node(cur, HASH);
                     nodes_[cur].hash = next;
                     ++hash_count_;
                     retag(cur);
                 }
             } else {
                 uint32_t w = intern(t.data, t.size);
-                next = child(cur, w) & INDEX;
-                if (next == NO_NODE) {
-                    next = new_node(cur, w, false);
+                uint32_t ref = child(cur, w);
+                next = ref & INDEX;
+                size_t rest = ntokens - i - 1;
+                if (ref & HAS_TAIL) {
+                    if (same_tail(next, tokens + i + 1, rest)) {
+                        cur = next;
+                        break;
+                    }
+                    unfold(next);  // another pattern through the chain: make it nodes
+                    next = child(cur, w) & INDEX;
+                } else if (next == NO_NODE) {
+                    bool tail = !under_hash && rest > 0;
+                    for (size_t j = i + 1; tail && j < ntokens; ++j) tail = tokens[j].kind == 0;
+                    next = new_node(cur, w);
                     ++words_[w].refs;
-                    insert_edge(cur, w, next);
+                    if (tail) nodes_[next].star = HAS_TAIL | new_tail(tokens + i + 1, rest);
+                    insert_edge(cur, w, next | (tail ? HAS_TAIL : 0));
                     if (++nodes_[cur].nchildren == 1) retag(cur);
+                    if (tail) {
+                        cur = next;
+                        break;
+                    }
                 }
             }
             cur = next;
         }
         Node& leaf = nodes_[cur];
-        uint32_t ti = leaf.texts;
-        while (ti != NO_TEXT && !(texts_[ti].len == tlen &&
-                                  std::memcmp(arena_.data() + texts_[ti].off, text, tlen) == 0))
-            ti = texts_[ti].next;
-        if (ti == NO_TEXT) {
-            ti = new_text(text, tlen);
-            texts_[ti].next = leaf.texts;
-            leaf.texts = ti;
+        uint32_t ti = NO_TEXT;
+        if (!is_path_text(tokens, ntokens, text, tlen)) {
+            ti = leaf.texts;
+            while (ti != NO_TEXT && !(texts_[ti].len == tlen &&
+                                      std::memcmp(arena_.data() + texts_[ti].off, text, tlen) == 0))
+                ti = texts_[ti].next;
+            if (ti == NO_TEXT) {
+                ti = new_text(text, tlen);
+                texts_[ti].next = leaf.texts;
+                leaf.texts = ti;
+            }
+            ++texts_[ti].refs;
         }
-        ++texts_[ti].refs;
-        insert_id(id, cur, ti, static_cast<uint32_t>(leaf.ids.size()));
-        leaf.ids.push_back(id);
-        Py_CLEAR(leaf.cached);
-        if (leaf.ids.size() == 1) retag(cur);
+        insert_id(id, cur, ti, leaf.nids);
+        push_id(leaf, id);  // may grow idvecs_, not nodes_: `leaf` stays valid
+        drop_cached(cur);
+        if (leaf.nids == 1) retag(cur);
         return true;
     }
 
@@ -422,16 +497,11 @@ class Core {
         uint32_t ti = s->text;
         erase_id(id);
         Node& leaf = nodes_[cur];
-        uint32_t last = leaf.ids.back();
-        leaf.ids[pos] = last;
-        leaf.ids.pop_back();
+        uint32_t last = pop_id(leaf, pos);
         if (last != id) find_id(last)->pos = pos;
-        Py_CLEAR(leaf.cached);
-        if (--texts_[ti].refs == 0) drop_text(leaf, ti);
-        if (leaf.ids.empty()) {
-            leaf.ids.release();
-            retag(cur);
-        }
+        drop_cached(cur);
+        if (ti != NO_TEXT && --texts_[ti].refs == 0) drop_text(leaf, ti);
+        if (leaf.nids == 0) retag(cur);
         // Prune nodes left empty, bottom-up (the root stays).
         while (cur != 0 && nodes_[cur].empty()) {
             Node& n = nodes_[cur];
@@ -445,6 +515,7 @@ class Core {
                 --hash_count_;
                 retag(parent);
             } else {
+                if (n.is_tail()) drop_tail(cur);
                 erase_edge(parent, n.label);
                 release_word(n.label);
                 if (--p.nchildren == 0) retag(parent);
@@ -458,48 +529,75 @@ class Core {
     // An empty string when every invariant holds, else what is broken.
     std::string check() const {
         uint32_t live = 0, hashes = 0, ids = 0;
-        size_t live_text_bytes = 0;
+        size_t live_text_bytes = 0, pooled = 0, live_tail = 0;
+        std::vector<uint32_t> tail_words(words_.size(), 0);
         for (uint32_t i = 0; i < nodes_.size(); ++i) {
             const Node& n = nodes_[i];
-            if (!n.live) {
-                if (n.cached || n.texts != NO_TEXT || !n.ids.empty()) return "freed node holds data";
+            if (!n.live()) {
+                if (cached(i) || n.texts != NO_TEXT || n.nids != 0) return "freed node holds data";
                 continue;
             }
             ++live;
-            hashes += n.is_hash;
-            ids += static_cast<uint32_t>(n.ids.size());
+            hashes += n.is_hash();
+            ids += n.nids;
             if (i != 0 && n.empty()) return "unpruned empty node";
-            if (n.is_hash && (n.star != NO_NODE || n.hash != NO_NODE)) return "non-canonical";
-            if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash) return "hash edge to a non-# node";
-            if (n.star != NO_NODE && n.star != ((n.star & INDEX) | tags(n.star & INDEX))) return "star tag";
+            if (n.is_hash() && n.hash != NO_NODE) return "non-canonical";
+            if (n.is_hash() && n.star > epoch_) return "stamp from a future walk";
+            if (n.is_tail()) {
+                uint32_t at = n.star & INDEX;
+                if (n.nids == 0 || n.nchildren != 0 || n.hash != NO_NODE || n.label >= words_.size())
+                    return "tail leaf with children or without ids";
+                if (at >= tails_.size() || tails_[at] == 0 || at + tails_[at] >= tails_.size())
+                    return "tail outside the tail arena";
+                for (uint32_t k = 1; k <= tails_[at]; ++k) {
+                    if (tails_[at + k] >= words_.size()) return "tail word";
+                    ++tail_words[tails_[at + k]];
+                }
+                live_tail += 1 + tails_[at];
+                for (uint32_t a = n.parent; a != 0; a = nodes_[a].parent)
+                    if (nodes_[a].is_hash()) return "tail leaf below a '#'";
+            }
+            if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash()) return "hash edge to a non-# node";
+            uint32_t star = n.star_ref();
+            if (star != NO_NODE && star != ((star & INDEX) | tags(star & INDEX))) return "star tag";
             if (n.hash != NO_NODE && n.hash != ((n.hash & INDEX) | tags(n.hash & INDEX))) return "hash tag";
-            if (n.ids.empty() != (n.texts == NO_TEXT)) return "texts without ids";
-            if (n.star != NO_NODE &&
-                (nodes_[n.star & INDEX].parent != i || nodes_[n.star & INDEX].label != STAR))
+            if (n.nids == 0 && n.texts != NO_TEXT) return "texts without ids";
+            if (n.nids >= 2) {
+                if (n.ids >= idvecs_.size() || idvecs_[n.ids].size() != n.nids) return "id vector size";
+                ++pooled;
+            }
+            if (star != NO_NODE &&
+                (nodes_[star & INDEX].parent != i || nodes_[star & INDEX].label != STAR))
                 return "star child's parent link";
             if (n.hash != NO_NODE &&
                 (nodes_[n.hash & INDEX].parent != i || nodes_[n.hash & INDEX].label != HASH))
                 return "hash child's parent link";
             if (i != 0) {
                 const Node& p = nodes_[n.parent];
-                if (!p.live) return "dead parent";
-                if (n.label == STAR ? (p.star & INDEX) != i
+                if (!p.live()) return "dead parent";
+                if (n.label == STAR ? (p.star_ref() & INDEX) != i
                     : n.label == HASH ? (p.hash & INDEX) != i
                                       : (child(n.parent, n.label) & INDEX) != i)
                     return "parent does not lead here";
             }
-            if (n.texts != NO_TEXT) {
+            if (n.nids != 0) {
                 std::vector<std::pair<uint32_t, uint32_t>> refs;  // (text, ids using it)
+                std::string path = path_text(i);
                 for (uint32_t t = n.texts; t != NO_TEXT; t = texts_[t].next) {
                     if (t >= texts_.size() || texts_[t].refs == 0) return "dead text in a node";
                     if (texts_[t].off + static_cast<size_t>(texts_[t].len) > arena_.size())
                         return "text outside the arena";
+                    if (path.compare(0, std::string::npos, arena_.data() + texts_[t].off,
+                                     texts_[t].len) == 0)
+                        return "stored text equal to the path's";
                     refs.emplace_back(t, 0);
                     live_text_bytes += texts_[t].len;
                 }
-                for (size_t pos = 0; pos < n.ids.size(); ++pos) {
-                    const IdSlot* s = find_id(n.ids[pos]);
+                const uint32_t* held = ids_of(i);
+                for (uint32_t pos = 0; pos < n.nids; ++pos) {
+                    const IdSlot* s = find_id(held[pos]);
                     if (s == nullptr || s->node != i || s->pos != pos) return "id table mismatch";
+                    if (s->text == NO_TEXT) continue;  // the path's text
                     bool found = false;
                     for (auto& r : refs)
                         if (r.first == s->text) {
@@ -511,11 +609,32 @@ class Core {
                 for (const auto& r : refs)
                     if (r.second != texts_[r.first].refs) return "text refcount";
             }
-            if (n.cached != nullptr && static_cast<size_t>(PySet_GET_SIZE(n.cached)) != n.ids.size())
-                return "stale cached result";
         }
+        for (uint32_t k = 0; k < cached_.size(); ++k) {
+            const CachedSlot& c = cached_[k];
+            if (c.node_plus1 == 0) {
+                if (c.result != nullptr) return "cached result in an empty slot";
+                continue;
+            }
+            uint32_t i = c.node_plus1 - 1;
+            if (i >= nodes_.size() || cached_bucket(i) != k) return "cached slot of another node";
+            if (!nodes_[i].live() || c.result == nullptr) return "cached result of a freed node";
+            if (static_cast<size_t>(PySet_GET_SIZE(c.result)) != nodes_[i].nids)
+                return "stale cached result";
+            for (uint32_t pos = 0; pos < nodes_[i].nids; ++pos) {
+                PyObject* id = PyLong_FromUnsignedLong(ids_of(i)[pos]);
+                if (id == nullptr) throw std::bad_alloc();
+                int has = PySet_Contains(c.result, id);
+                Py_DECREF(id);
+                if (has != 1) return "cached result lacks an id";
+            }
+        }
+        if (pooled + free_idvecs_.size() != idvecs_.size()) return "id vector pool accounting";
+        for (uint32_t v : free_idvecs_)
+            if (v >= idvecs_.size() || idvecs_[v].size() != 0) return "free id vector in use";
         if (live != node_count_) return "node count";
         if (live_text_bytes + garbage_ != arena_.size()) return "text arena accounting";
+        if (live_tail + tail_garbage_ != tails_.size()) return "tail arena accounting";
         if (hashes != hash_count_) return "hash count";
         if (ids != id_count_) return "id count";
         uint32_t edges = 0;
@@ -524,7 +643,7 @@ class Core {
             if (e.child == NO_NODE) continue;
             ++edges;
             uint32_t c = e.child & INDEX;
-            if (!nodes_[c].live || nodes_[c].parent != e.parent) return "edge target";
+            if (!nodes_[c].live() || nodes_[c].parent != e.parent) return "edge target";
             if (e.child != (c | tags(c))) return "edge tag";
             if (e.word >= words_.size() || words_[e.word].refs == 0) return "edge word";
             ++children[e.parent];
@@ -532,10 +651,10 @@ class Core {
         }
         if (edges != edge_count_) return "edge count";
         for (uint32_t i = 0; i < nodes_.size(); ++i)
-            if (nodes_[i].live && children[i] != nodes_[i].nchildren) return "child count";
+            if (nodes_[i].live() && children[i] != nodes_[i].nchildren) return "child count";
         uint32_t words = 0;
         for (uint32_t w = 0; w < words_.size(); ++w) {
-            if (wrefs[w] != words_[w].refs) return "word refcount";
+            if (wrefs[w] + tail_words[w] != words_[w].refs) return "word refcount";
             if (words_[w].refs) {
                 ++words;
                 if (word_id(words_[w].text.data(), static_cast<uint32_t>(words_[w].text.size())) != w)
@@ -550,6 +669,7 @@ class Core {
     std::vector<Text> texts_;
     uint32_t free_text_ = NO_TEXT;
     std::string arena_;   // every live text's bytes, and garbage_ bytes of removed ones
+    mutable std::string text_scratch_;  // pattern_of's answer when it is a path text
     size_t garbage_ = 0;
 
     uint32_t new_text(const char* text, size_t tlen) {
@@ -565,6 +685,57 @@ class Core {
         if (arena_.size() + tlen > UINT32_MAX) throw std::length_error("text arena full");
         arena_.append(text, tlen);
         return ti;
+    }
+
+    // Whether `text` is the path text of `tokens` (see Text): then nothing is stored.
+    static bool is_path_text(const Token* tokens, size_t ntokens, const char* text, size_t tlen) {
+        size_t at = 0;
+        for (size_t i = 0; i < ntokens; ++i) {
+            if (i != 0) {
+                if (at >= tlen || text[at] != '.') return false;
+                ++at;
+            }
+            const Token& t = tokens[i];
+            const char* word = t.kind == STAR ? "*" : t.kind == HASH ? "#" : t.data;
+            size_t n = t.kind == 0 ? t.size : 1;
+            if (tlen - at < n || std::memcmp(text + at, word, n) != 0) return false;
+            at += n;
+        }
+        return at == tlen;
+    }
+
+    // The labels from the root to node `i` joined by '.' (wildcards as '*' and '#').
+    std::string path_text(uint32_t i) const {
+        uint32_t i_tail = nodes_[i].is_tail() ? i : NO_NODE;
+        std::vector<uint32_t> labels;
+        for (; i != 0; i = nodes_[i].parent) labels.push_back(nodes_[i].label);
+        std::string out;
+        for (size_t k = labels.size(); k-- > 0;) {
+            uint32_t label = labels[k];
+            if (k + 1 != labels.size()) out.push_back('.');
+            if (label == STAR) out.push_back('*');
+            else if (label == HASH) out.push_back('#');
+            else out.append(words_[label].text);
+        }
+        if (i_tail != NO_NODE) {
+            uint32_t at = nodes_[i_tail].star & INDEX;
+            for (uint32_t k = 1; k <= tails_[at]; ++k) {
+                out.push_back('.');
+                out.append(words_[tails_[at + k]].text);
+            }
+        }
+        return out;
+    }
+
+    const char* text_of(const IdSlot& s, uint32_t* size) const {
+        if (s.text == NO_TEXT) {
+            text_scratch_ = path_text(s.node);
+            *size = static_cast<uint32_t>(text_scratch_.size());
+            return text_scratch_.data();
+        }
+        const Text& t = texts_[s.text];
+        *size = t.len;
+        return arena_.data() + t.off;
     }
 
     // Unlink text `ti` (no ids left) from `leaf`, free its record, and compact the arena
@@ -592,6 +763,12 @@ class Core {
 
     std::vector<Node> nodes_;
     std::vector<uint32_t> free_nodes_;
+    std::vector<IdVec> idvecs_;          // ids of nodes holding two or more (Node::ids)
+    std::vector<uint32_t> free_idvecs_;
+    std::vector<CachedSlot> cached_;     // allocated on the first kept result
+    std::vector<uint32_t> tails_;        // per tail leaf: its word count, then the words
+    size_t tail_garbage_ = 0;            // entries of tails_ no leaf uses
+    std::vector<uint32_t> tail_ends_;    // walk scratch: tail leaves that matched
     std::vector<Edge> edges_;
     std::vector<IdSlot> idslots_;
     std::vector<WordEntry> words_;
@@ -619,6 +796,9 @@ class Core {
         for (uint32_t i = 0; i < n; ++i) h = mix64(h ^ (static_cast<uint64_t>(nodes[i]) << 20));
         return static_cast<size_t>(h & (COMBO_SLOTS - 1));
     }
+    static size_t cached_bucket(uint32_t node) {
+        return static_cast<size_t>((static_cast<uint64_t>(node) * 0x9E3779B97F4A7C15ULL) >> 48);
+    }
     static size_t id_bucket(uint32_t id) {
         return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> 20);
     }
@@ -628,6 +808,8 @@ class Core {
         // holds each node at most once.
         std::vector<uint32_t>& level = level_;
         std::vector<uint32_t>& next = next_;
+        std::vector<uint32_t>& ends = tail_ends_;
+        ends.clear();
         level.clear();
         level.push_back(tags(0));
         for (size_t i = 0; i < n; ++i) {
@@ -637,12 +819,25 @@ class Core {
             uint32_t keep = i + 1 < n ? HAS_EDGES : HAS_IDS;
             next.clear();
             prefetch_level(level, w);
+            const bool known = w != UNKNOWN_WORD;
             for (uint32_t ref : level) {
-                step(ref, w, keep, next);
+                if ((ref & HAS_KIDS) && known) {
+                    uint32_t c = child(ref & INDEX, w);
+                    if (c & HAS_TAIL) {
+                        if (tail_matches(c, words + i + 1, n - i - 1)) ends.push_back(c);
+                    } else if (c & keep) {
+                        next.push_back(c);
+                    }
+                }
+                if (ref & HAS_STAR) {
+                    uint32_t c = nodes_[ref & INDEX].star;
+                    if (c & keep) next.push_back(c);
+                }
             }
             level.swap(next);
             if (level.empty()) break;
         }
+        level.insert(level.end(), ends.begin(), ends.end());  // tail leaves that matched
         // The caller reads the end nodes that hold ids next: ask for them all at once.
         for (uint32_t ref : level)
             if (ref & HAS_IDS) __builtin_prefetch(&nodes_[ref & INDEX]);
@@ -667,12 +862,12 @@ class Core {
     // its word. Each node is processed at most once per level: nodes x (words + 1) steps.
     void reach(uint32_t ref) {
         if (!(ref & HAS_HASH)) return;
-        // A '#' node has one parent: the parent's stamp says whether it is active already
-        // (one read of a line the caller had in hand, not two).
-        Node& parent = nodes_[ref & INDEX];
-        if (parent.stamp == epoch_) return;
-        parent.stamp = epoch_;
-        uint32_t href = parent.hash;
+        // The '#' node's stamp says whether it is active already (its line is read once
+        // more at the end, for its ids, when it has some).
+        uint32_t href = nodes_[ref & INDEX].hash;
+        Node& h_node = nodes_[href & INDEX];
+        if (h_node.star == epoch_) return;  // a '#' node's stamp (see Node)
+        h_node.star = epoch_;
         active_.push_back(href);
         if (!(href & HAS_KIDS)) return;
         uint32_t h = href & INDEX;
@@ -730,7 +925,8 @@ class Core {
     const std::vector<uint32_t>* hash_walk(const uint32_t* words, size_t n,
                                            std::vector<uint32_t>* level_sizes) {
         if (++epoch_ == 0) {  // wrapped: forget every stamp
-            for (Node& node : nodes_) node.stamp = 0;
+            for (Node& node : nodes_)
+                if (node.is_hash()) node.star = 0;  // the stamp (see Node)
             epoch_ = 1;
         }
         // Distinct known words of the topic -> slots.
@@ -755,6 +951,7 @@ class Core {
         }
         memo_touched_.clear();
         active_.clear();
+        tail_ends_.clear();
         // A level: `level` (nodes reached through literal and '*' edges) plus its static
         // part, by_word_[static_slot][:static_len] (children of active '#' nodes).
         std::vector<uint32_t>& level = level_;
@@ -785,7 +982,11 @@ class Core {
                 for (uint32_t ref : level) {
                     if ((ref & HAS_KIDS) && known) {
                         uint32_t c = probe(edges, mask, ref & INDEX, w);
-                        if (c & keep) *out++ = c;
+                        if (c & HAS_TAIL) {
+                            if (tail_matches(c, words + i + 1, n - i - 1)) tail_ends_.push_back(c);
+                        } else if (c & keep) {
+                            *out++ = c;
+                        }
                     }
                     if (ref & HAS_STAR) {
                         uint32_t c = nodes[ref & INDEX].star;
@@ -806,7 +1007,7 @@ class Core {
             level.swap(next);
             static_slot = slot;
             static_len = len;
-            if (level.empty() && len == 0 && active_.empty()) return &level;
+            if (level.empty() && len == 0 && active_.empty()) break;
         }
         if (static_len)
             for (uint32_t j = 0; j < static_len; ++j) {
@@ -814,6 +1015,7 @@ class Core {
                 if (ref & HAS_IDS) level.push_back(ref);
             }
         level.insert(level.end(), active_.begin(), active_.end());
+        level.insert(level.end(), tail_ends_.begin(), tail_ends_.end());  // tail leaves that matched
         return &level;
     }
 
@@ -836,7 +1038,7 @@ class Core {
         }
     }
 
-    uint32_t new_node(uint32_t parent, uint32_t label, bool is_hash) {
+    uint32_t new_node(uint32_t parent, uint32_t label) {
         uint32_t i;
         if (!free_nodes_.empty()) {
             i = free_nodes_.back();
@@ -848,19 +1050,152 @@ class Core {
         }
         Node& n = nodes_[i];
         n.parent = parent;
-        n.label = label;
-        n.is_hash = is_hash;
-        n.live = true;
+        n.label = label;  // STAR / HASH / a word: live from here
         ++node_count_;
         return i;
     }
 
     void free_node(uint32_t i) {
-        Node& n = nodes_[i];
-        n.ids.release();
-        n = Node();
+        nodes_[i] = Node();  // empty: no ids (pop_id released them), no kept result
         free_nodes_.push_back(i);
         --node_count_;
+    }
+
+    // -- tail leaves ---------------------------------------------------------------------------
+
+    // Whether the topic's words after the one that reached tail leaf `ref` are its tail:
+    // then it is an end node. A tail leaf has no '#' above it, so it is reached only at
+    // one position of a walk, from its one parent, and this check is the whole rest.
+    bool tail_matches(uint32_t ref, const uint32_t* rest, size_t nrest) const {
+        const uint32_t* t = tails_.data() + (nodes_[ref & INDEX].star & INDEX);
+        if (t[0] != nrest) return false;
+        for (size_t k = 0; k < nrest; ++k)
+            if (t[k + 1] != rest[k]) return false;
+        return true;
+    }
+
+    // Whether the literal `tokens[:n]` are tail leaf `leaf`'s tail.
+    bool same_tail(uint32_t leaf, const Token* tokens, size_t n) const {
+        const uint32_t* t = tails_.data() + (nodes_[leaf].star & INDEX);
+        if (t[0] != n) return false;
+        for (size_t k = 0; k < n; ++k)
+            if (tokens[k].kind != 0 || word_id(tokens[k].data, tokens[k].size) != t[k + 1])
+                return false;
+        return true;
+    }
+
+    uint32_t new_tail(const Token* tokens, size_t n) {
+        size_t at = tails_.size();
+        if (at + n + 1 > INDEX) throw std::length_error("tail arena full");
+        tails_.push_back(static_cast<uint32_t>(n));
+        for (size_t k = 0; k < n; ++k) {
+            uint32_t w = intern(tokens[k].data, tokens[k].size);
+            ++words_[w].refs;  // a word's refs: edges labelled with it and tails holding it
+            tails_.push_back(w);
+        }
+        return static_cast<uint32_t>(at);
+    }
+
+    // Tail leaf `leaf` becomes a chain of ordinary nodes (a new pattern goes through or
+    // beside it); the leaf keeps its index (the id table points at it) at the chain's end.
+    void unfold(uint32_t leaf) {
+        uint32_t at = nodes_[leaf].star & INDEX;
+        std::vector<uint32_t> words(tails_.begin() + at + 1, tails_.begin() + at + 1 + tails_[at]);
+        tail_garbage_ += 1 + words.size();
+        nodes_[leaf].star = NO_NODE;
+        uint32_t parent = nodes_[leaf].parent, label = nodes_[leaf].label;
+        erase_edge(parent, label);
+        for (uint32_t w : words) {  // each word's ref moves from the tail to an edge
+            uint32_t n = new_node(parent, label);
+            nodes_[n].nchildren = 1;
+            insert_edge(parent, label, n | HAS_KIDS);
+            parent = n;
+            label = w;
+        }
+        nodes_[leaf].parent = parent;
+        nodes_[leaf].label = label;
+        insert_edge(parent, label, leaf | tags(leaf));
+        compact_tails();
+    }
+
+    // Tail leaf `i` is being freed: release its words and its entries.
+    void drop_tail(uint32_t i) {
+        uint32_t at = nodes_[i].star & INDEX;
+        uint32_t n = tails_[at];
+        for (uint32_t k = 1; k <= n; ++k) release_word(tails_[at + k]);
+        tail_garbage_ += 1 + n;
+        nodes_[i].star = NO_NODE;
+        compact_tails();
+    }
+
+    // Once unused entries fill half of tails_, copy the live ones (amortized O(1) per
+    // entry freed; O(nodes) to find the leaves).
+    void compact_tails() {
+        if (tail_garbage_ <= 4096 || tail_garbage_ * 2 <= tails_.size()) return;
+        std::vector<uint32_t> fresh;
+        fresh.reserve(tails_.size() - tail_garbage_);
+        for (Node& n : nodes_) {
+            if (!n.live() || !n.is_tail()) continue;
+            uint32_t at = n.star & INDEX;
+            n.star = HAS_TAIL | static_cast<uint32_t>(fresh.size());
+            fresh.insert(fresh.end(), tails_.begin() + at, tails_.begin() + at + 1 + tails_[at]);
+        }
+        tails_.swap(fresh);
+        tail_garbage_ = 0;
+    }
+
+    // -- a node's ids ------------------------------------------------------------------------
+
+    void push_id(Node& n, uint32_t id) {
+        if (n.nids == 0) {
+            n.ids = id;
+        } else if (n.nids == 1) {
+            uint32_t v;
+            if (!free_idvecs_.empty()) {
+                v = free_idvecs_.back();
+                free_idvecs_.pop_back();
+            } else {
+                v = static_cast<uint32_t>(idvecs_.size());
+                idvecs_.emplace_back();
+            }
+            idvecs_[v].push_back(n.ids);
+            idvecs_[v].push_back(id);
+            n.ids = v;
+        } else {
+            idvecs_[n.ids].push_back(id);
+        }
+        ++n.nids;
+    }
+
+    // Remove the id at `pos` by moving the last one there; returns that last id. Two ids
+    // down to one go back inline (the pool entry is freed).
+    uint32_t pop_id(Node& n, uint32_t pos) {
+        if (n.nids == 1) {
+            uint32_t last = n.ids;
+            n.ids = 0;
+            n.nids = 0;
+            return last;
+        }
+        IdVec& v = idvecs_[n.ids];
+        uint32_t last = v.back();
+        v[pos] = last;
+        v.pop_back();
+        if (--n.nids == 1) {
+            uint32_t only = v[0];
+            v.release();
+            free_idvecs_.push_back(n.ids);
+            n.ids = only;
+        }
+        return last;
+    }
+
+    void drop_cached(uint32_t i) {
+        if (cached_.empty()) return;
+        CachedSlot& c = cached_[cached_bucket(i)];
+        if (c.node_plus1 != i + 1) return;
+        PyObject* old = c.result;
+        c = CachedSlot();
+        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
     }
 
     // -- words -------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_words_nodes_and_cached_results_follow_writes() -> None:
     m = NativeMatcher()
     for i in range(2_000):
         m.subscribe(i, f"w{i}.x")
-    assert m.node_count() == 1 + 2 * 2_000
+    assert m.node_count() == 1 + 2_000  # 'w{i}' is a tail leaf holding 'x'
     for i in range(2_000):
         assert set(m.match(f"w{i}.x")) == {i}  # caches a frozenset on each leaf
     for i in range(2_000):
@@ -198,11 +198,12 @@ def test_readers_on_the_general_path_do_not_share_words() -> None:
 
 
 def test_text_arena_compacts_and_keeps_every_pattern() -> None:
-    """Pattern texts live in one arena; removing most of them compacts it (the core's own
-    check verifies the accounting) and every remaining id keeps its exact text, including
-    two non-canonical spellings sharing a node."""
+    """Texts other than the path's live in one arena; removing most of them compacts it
+    (the core's own check verifies the accounting) and every remaining id keeps its exact
+    text, including two non-canonical spellings sharing a node."""
     m = create_matcher("native", "amqp")
-    patterns = {i: f"w{i % 7}.{'x' * (i % 40)}.{i}" for i in range(1, 6_000)}
+    # '#.#' is indexed as '#': each text differs from its path's, so each is stored.
+    patterns = {i: f"w{i % 7}.#.#.{'x' * (i % 40)}.{i}" for i in range(1, 6_000)}
     m.subscribe_many(patterns.items())
     m.subscribe(10_000, "a.#.*")
     m.subscribe(10_001, "a.*.#")  # the same canonical node, another text
@@ -237,3 +238,91 @@ def test_subscribe_arrays_is_all_or_nothing() -> None:
     assert m.subscribe_arrays(*columns([(5, "a.#")])) == -1  # present already
     assert sorted(m.match("a.b")) == [1, 5]
     m._check()
+
+
+@pytest.mark.parametrize(
+    ("dialect", "patterns"),
+    [
+        ("amqp", ["a.b", "a.*.#", "a.#.*", "a.#.#.b", "a.#.b", "*", "#", "a..b", "a.", "é.ü"]),
+        ("mqtt", ["a/b", "a/+/#", "a.b", "a.b/c", "+", "#", "a//b", "*", "a/*"]),
+        ("nats", ["a.b", "a.*.>", "*", ">", "a.b.c"]),
+    ],
+)
+def test_path_texts_are_rebuilt_exactly(dialect: str, patterns: list[str]) -> None:
+    """A pattern written as its path (labels joined by '.', '*' and '#') stores no text
+    and is rebuilt from the trie; any other spelling (another separator or wildcard, a
+    non-canonical run of wildcards) is stored. Both read back exactly as written, also
+    when they share a node (the core's check refuses a stored text equal to its path's)."""
+    m = create_matcher("native", dialect)
+    expected = {i: p for i, p in enumerate(patterns)}
+    for i, p in expected.items():
+        m.subscribe(i, p)
+        m.subscribe(100 + i, p)  # two ids on one node: the pool's path
+    expected |= {100 + i: p for i, p in enumerate(patterns)}
+    m._check()
+    assert dict(m.subscriptions()) == expected
+    assert all(m.pattern_of(i) == p for i, p in expected.items())
+    for i in range(0, len(patterns), 2):
+        assert m.unsubscribe(i)
+        del expected[i]
+    m._check()
+    assert dict(m.subscriptions()) == expected
+
+
+def test_kept_results_are_bounded_and_follow_writes() -> None:
+    """Results kept per end node live in a fixed table (more end nodes than slots evict
+    each other): every match stays exact, and writes drop what they change."""
+    m = NativeMatcher()
+    count = 70_000  # above the table's 65,536 slots
+    for i in range(count):
+        m.subscribe(i, f"k{i}")
+    for _ in range(2):
+        for i in range(0, count, 7):
+            assert m.match(f"k{i}") == frozenset({i})
+    m._check()
+    for i in range(0, count, 14):
+        m.subscribe(count + i, f"k{i}")  # a second id on a node whose result is kept
+        assert m.unsubscribe(i + 7)
+    m._check()
+    for i in range(0, count, 7):
+        want = {i, count + i} if i % 14 == 0 else ({i} if i % 14 != 7 else set())
+        assert set(m.match(f"k{i}")) == want
+    m._check()
+
+
+def test_tail_leaves_unfold_prune_and_compact() -> None:
+    """Chains of literal words that end a pattern are one tail leaf: patterns through,
+    beside, above or below a chain unfold it into nodes, removals free tails (the tail
+    arena compacts), and every match equals the naive rule's. Words repeat so chains
+    share prefixes; '*' and '#' patterns sit beside them."""
+    rng = random.Random(7)
+    words = ["a", "b", "c", ""]
+    m = create_matcher("native", "amqp")
+    naive = create_matcher("naive", "amqp")
+    live: dict[int, str] = {}
+    for step in range(6_000):
+        if live and rng.random() < 0.4:
+            sub_id = rng.choice(list(live))
+            assert m.unsubscribe(sub_id) and naive.unsubscribe(sub_id)
+            del live[sub_id]
+        else:
+            parts = [rng.choice(words) for _ in range(rng.randint(1, 6))]
+            if rng.random() < 0.1:
+                parts[rng.randrange(len(parts))] = rng.choice(["*", "#"])
+            pattern = ".".join(parts)
+            m.subscribe(step, pattern)
+            naive.subscribe(step, pattern)
+            live[step] = pattern
+        if step % 1_000 == 0:
+            m._check()
+    m._check()
+    assert dict(m.subscriptions()) == live
+    for _ in range(500):
+        topic = ".".join(rng.choice(words[:3]) for _ in range(rng.randint(0, 7)))
+        assert m.match(topic) == naive.match(topic), topic
+    many = create_matcher("native", "amqp")
+    many.subscribe_many((i, f"t{i}.x.y.z") for i in range(5_000))
+    for i in range(4_000):
+        assert many.unsubscribe(i)
+    many._check()  # the tail arena compacted; its accounting holds
+    assert sorted(many.match("t4500.x.y.z")) == [4500] and not many.match("t4500.x.y")
