@@ -17,11 +17,16 @@ from app.services import Services
 from app.settings import Settings
 
 
-def create_app(settings: Settings, *, wait_until_ready: bool = False) -> FastAPI:
+def create_app(
+    settings: Settings, *, wait_until_ready: bool = False, services: Services | None = None
+) -> FastAPI:
     """The service for ``settings``. The routing table builds in the background after
-    startup (``/readyz`` says when it is done) unless ``wait_until_ready``."""
+    startup (``/readyz`` says when it is done) unless ``wait_until_ready``. ``services``:
+    already opened for ``settings``, perhaps already building (``topicstore serve``
+    starts the build before importing this module); the app closes them when it stops."""
     settings = secure(settings)
-    services = Services.open(settings)
+    if services is None:
+        services = Services.open(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
