@@ -19,14 +19,21 @@ from app.settings import Settings
 
 
 def create_app(
-    settings: Settings, *, wait_until_ready: bool = False, match_fast_path: bool = True
+    settings: Settings,
+    *,
+    wait_until_ready: bool = False,
+    services: Services | None = None,
+    match_fast_path: bool = True,
 ) -> FastAPI:
     """The service for ``settings``. The routing table builds in the background after
-    startup (``/readyz`` says when it is done) unless ``wait_until_ready``.
+    startup (``/readyz`` says when it is done) unless ``wait_until_ready``. ``services``:
+    already opened for ``settings``, perhaps already building (``topicstore serve``
+    starts the build before importing this module); the app closes them when it stops.
     ``match_fast_path=False`` leaves ``POST /v1/match`` to its FastAPI route alone: the
     reference the tests hold the fast path to (``app.fastpath``)."""
     settings = secure(settings)
-    services = Services.open(settings)
+    if services is None:
+        services = Services.open(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

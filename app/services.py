@@ -29,6 +29,7 @@ class Services:
     limiter: RateLimiter
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
+    builder: threading.Thread | None = field(default=None)
 
     @classmethod
     def open(cls, settings: Settings) -> Services:
@@ -48,7 +49,10 @@ class Services:
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at
-        once and /readyz turns 200 when the table is complete."""
+        once and /readyz turns 200 when the table is complete. Once: a second call returns
+        the thread of the first."""
+        if self.builder is not None:
+            return self.builder
 
         def build() -> None:
             try:
@@ -57,9 +61,9 @@ class Services:
                 log.exception("building the routing table failed")
                 self.failure = e
 
-        thread = threading.Thread(target=build, name="topicstore-build", daemon=True)
-        thread.start()
-        return thread
+        self.builder = threading.Thread(target=build, name="topicstore-build", daemon=True)
+        self.builder.start()
+        return self.builder
 
     def close(self) -> None:
         self.loader.stop()

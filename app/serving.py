@@ -11,7 +11,13 @@ its soft file-descriptor limit to the hard one, and the cap stays ``FD_RESERVE``
 so ``accept()`` never meets EMFILE (which stopped the listening socket, health probes too).
 
 ``--workers N``: N processes share the listening socket, each with its own app, loader
-and change listener (PostgreSQL only: a DuckDB file has one owning process)."""
+and change listener (PostgreSQL only: a DuckDB file has one owning process).
+
+Startup order: the store is opened and the routing table starts building before FastAPI,
+uvicorn and the app's routes are imported (this module imports them only when it serves).
+The build spends much of its time waiting for PostgreSQL or in Arrow with the GIL released,
+and those imports (about half a second on a calm machine) run meanwhile; readiness still
+waits for the whole build (``Loader.start``)."""
 
 from __future__ import annotations
 
@@ -19,16 +25,16 @@ import logging
 import os
 import resource
 import socket
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import typer
-import uvicorn
-from fastapi import FastAPI
-from uvicorn.supervisors import Multiprocess
 
-from app.connections import GuardedHttpProtocol, configure
-from app.main import create_app
+from app.services import Services
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,8 @@ def connection_cap(wanted: int, fd_limit: int) -> int:
 
 
 def _guard_connections(settings: Settings) -> int:
+    from app.connections import configure
+
     fd_limit = raise_fd_limit()
     cap = connection_cap(settings.max_connections, fd_limit)
     if cap < settings.max_connections:
@@ -74,24 +82,32 @@ def _guard_connections(settings: Settings) -> int:
 def worker_app() -> FastAPI:
     """The app of one worker of ``--workers N`` (uvicorn calls it in each process; the
     settings come from the environment the parent set)."""
+    from app.main import create_app
+
     settings = Settings()
     _guard_connections(settings)
     return create_app(settings)
 
 
-class _AnnouncingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, banner: list[tuple[str, bool]]) -> None:
-        super().__init__(config)
-        self.banner = banner
+def _run_announcing(config: uvicorn.Config, banner: list[tuple[str, bool]]) -> None:
+    """Serve ``config`` until stopped; print ``banner`` once the socket is bound."""
+    import uvicorn
 
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            for line, loud in self.banner:
-                typer.secho(line, fg="yellow" if loud else None, bold=loud)
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                for line, loud in banner:
+                    typer.secho(line, fg="yellow" if loud else None, bold=loud)
+
+    AnnouncingServer(config).run()
 
 
 def _config(settings: Settings, app: FastAPI | str) -> uvicorn.Config:
+    import uvicorn
+
+    from app.connections import GuardedHttpProtocol
+
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -119,14 +135,24 @@ def serve(settings: Settings, *, announce_token: bool) -> None:
     if settings.workers > 1:
         _serve_workers(settings, banner)
         return
-    _guard_connections(settings)
-    app = create_app(settings)
-    _AnnouncingServer(_config(settings, app), banner).run()
+    services = Services.open(settings)
+    try:
+        services.start_in_background()  # first: see the module docstring
+        from app.main import create_app
+
+        _guard_connections(settings)
+        app = create_app(settings, services=services)
+    except BaseException:
+        services.close()
+        raise
+    _run_announcing(_config(settings, app), banner)
 
 
 def _serve_workers(settings: Settings, banner: list[tuple[str, bool]]) -> None:
     """``settings.workers`` processes on one socket. The store is migrated here, once,
     before they start (N workers migrating an empty database at once would race)."""
+    from uvicorn.supervisors import Multiprocess
+
     from migrations.runner import upgrade
     from store import Database
 

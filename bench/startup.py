@@ -2,7 +2,9 @@
 store that already holds them (``bench.big_store``: PostgreSQL ``topicstore_1m``, and a
 DuckDB file), timed from spawn to ``/readyz`` 200, its resident memory sampled from
 ``/proc`` the whole time (peak = the kernel's high-water mark), then ``/v1/match`` latency
-measured with the periodic reconciliation off and with it running every few seconds.
+measured with the periodic reconciliation off and with it running every few seconds; then
+the server is killed (SIGKILL, no clean stop) and a new one timed from spawn to ready on
+the store it left.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ P99_RATIO_TARGET: Final = 2.0
 @dataclass(slots=True)
 class Run:
     ready_s: float = 0.0
+    restart_s: float = 0.0
     cpu_s: float = 0.0
     steady_mb: float = 0.0
     peak_mb: float = 0.0
@@ -144,6 +147,13 @@ def _measure(url: str, reconcile_s: float, topics: list[str]) -> Run:
         run.p50_ms, run.p99_ms = percentile(lat, 50), percentile(lat, 99)
         run.steady_mb = max(run.steady_mb, _status_mb(process.pid, "VmRSS"))
         run.peak_mb = _status_mb(process.pid, "VmHWM")
+        process.kill()  # SIGKILL: no shutdown, a DuckDB file left with its write-ahead log
+        process.wait()
+    with (
+        tempfile.TemporaryDirectory(prefix="topicstore-restart-") as tmp,
+        _serve(Path(tmp), url, reconcile_s, token) as (_, _, restart_s),
+    ):
+        run.restart_s = restart_s
     return run
 
 
@@ -157,6 +167,7 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
             Column("store", "{}"),
             Column("reconcile", "{}"),
             Column("ready s", "{:,.2f}", chart=True),
+            Column("ready after kill -9 s", "{:,.2f}", chart=True),
             Column("CPU s", "{:,.2f}"),
             Column("steady MB", "{:,.0f}"),
             Column("peak MB", "{:,.0f}"),
@@ -186,6 +197,7 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
                     store,
                     label,
                     run.ready_s,
+                    run.restart_s,
                     run.cpu_s,
                     run.steady_mb,
                     run.peak_mb,
@@ -199,7 +211,8 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
         f"peak <= {PEAK_RATIO_TARGET:g}x steady, match p99 with reconciliation <= "
         f"{P99_RATIO_TARGET:g}x without.",
         f"{count:,} market subscriptions (one tenant, AMQP, 1,000 subscribers) already in the "
-        "store; ready = spawn to /readyz 200 (Python start and imports included); CPU = the "
+        "store; ready = spawn to /readyz 200 (Python start and imports included); ready after "
+        "kill -9 = the same for a new server once the first was SIGKILLed; CPU = the "
         "server's user + system seconds until then (what a calm machine's wall time would "
         "approach: this box is shared); steady = "
         f"VmRSS {SETTLE_S:g} s after ready and after the match phase (the larger); peak = "

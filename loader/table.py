@@ -18,7 +18,7 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 
-from loader.catalog import Catalog, Entry, Names
+from loader.catalog import Catalog, Entry, Names, numpy_view
 from loader.groups import Delivery, GroupIndex
 from loader.shadow import ShadowCheck
 from matcher import (
@@ -362,7 +362,7 @@ class RoutingTable:
                 self._catalog = Snapshot(seq, self._catalog.entries)
                 return
             rows = rows.select(list(COLUMNS)).combine_chunks()
-            ids = rows.column("id").to_numpy()
+            ids = numpy_view(rows.column("id").chunk(0), np.int64)
             if len(ids) > 1 and not bool(np.all(ids[1:] > ids[:-1])):
                 order = np.argsort(ids, kind="stable")
                 rows, ids = rows.take(pa.array(order)), ids[order]

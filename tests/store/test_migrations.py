@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from alembic.script import ScriptDirectory
 
-from migrations.runner import alembic_config, downgrade, upgrade
+from migrations.runner import HEAD, alembic_config, downgrade, recorded_revisions, upgrade
 from store import Database
 from store.models import Base
 from tests.services import fresh_postgres_database
@@ -136,3 +137,38 @@ def test_0003_groups_keeps_existing_rows_both_ways(empty_database: Database) -> 
     with db.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT pattern FROM subscription").scalars().all() == ["a.#"]
     upgrade(db.url)
+
+
+def test_head_is_the_history_head() -> None:
+    """``upgrade`` skips a store that records ``HEAD``: it must name the newest revision
+    (add a migration, move ``HEAD`` with it)."""
+    script = ScriptDirectory.from_config(alembic_config("duckdb:///:memory:"))
+    assert script.get_heads() == [HEAD]
+
+
+def test_a_store_at_head_is_checked_without_alembic(tmp_path: Path) -> None:
+    """A service's start checks the store without importing alembic once it is at head; a
+    store one revision behind is still migrated (the check reads ``alembic_version``)."""
+    url = f"duckdb:///{tmp_path / 'at-head.duckdb'}"
+    upgrade(url, "0002_audit")
+    script = (
+        "import sys\n"
+        "from migrations.runner import recorded_revisions, upgrade\n"
+        f"upgrade({url!r})\n"
+        f"print('alembic' in sys.modules, sorted(recorded_revisions({url!r})))\n"
+    )
+
+    def run() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run() == f"True ['{HEAD}']"  # behind: migrated by alembic
+    assert run() == f"False ['{HEAD}']"  # at head: alembic never imported
+    assert recorded_revisions(url) == {HEAD}

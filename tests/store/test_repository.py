@@ -14,6 +14,7 @@ from store import (
     InvalidSubscriptionError,
     NewSubscription,
     SubscriptionRepository,
+    repository,
     validate,
 )
 from store.export import export_parquet
@@ -208,3 +209,65 @@ def test_export_parquet_round_trips(database: Database, tmp_path: Path) -> None:
     assert pq.read_table(path).column("subscriber").to_pylist() == ["x"]
     assert export_parquet(database, path, tenant="nobody") == 0
     assert pq.read_table(path).num_rows == 0
+
+
+_ODD_ROWS = [
+    ("t", "q,1", 'a."quoted".#', "amqp"),
+    ("t", "tab\there", "ü.*.ß", "amqp"),
+    ("other", "q3", "x/+/y", "mqtt"),
+    ("t", "q4", "", "amqp"),
+    ("t", "q5", "z.>", "nats"),
+]
+
+
+def _insert_by_hand(db: Database, rows: list[tuple[str, str, str, str]]) -> None:
+    """Rows written by SQL, past validation (what a hand-edited store may hold)."""
+    with db.engine.begin() as conn:
+        for row in rows:
+            conn.exec_driver_sql(
+                "INSERT INTO subscription (tenant, subscriber, pattern, dialect) "
+                "VALUES (?, ?, ?, ?)"
+                if conn.dialect.name == "duckdb"
+                else "INSERT INTO subscription (tenant, subscriber, pattern, dialect) "
+                "VALUES (%s, %s, %s, %s)",
+                row,
+            )
+
+
+def _columns(db: Database) -> list[tuple[int, str, str, str, str]]:
+    with db.read() as session:
+        table = SubscriptionRepository(session).columns()
+    assert table.column_names == ["id", "tenant", "subscriber", "dialect", "pattern"]
+    return list(zip(*(table.column(n).to_pylist() for n in table.column_names), strict=True))
+
+
+@pytest.mark.parametrize("chunk_rows", [2, 65_536])
+def test_columns_reads_every_row_exactly(
+    database: Database, chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The startup read, in id order, text as stored (quotes, commas, tab, non-ASCII, an
+    empty pattern); on PostgreSQL across several statements when chunks are small."""
+    monkeypatch.setattr(repository, "_CHUNK_ROWS", chunk_rows)
+    assert _columns(database) == []
+    _insert_by_hand(database, _ODD_ROWS)
+    expected = [(i, t, s, d, p) for i, (t, s, p, d) in enumerate(_ODD_ROWS, start=1)]
+    assert _columns(database) == expected
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        ("t", "q", "a.b\n", "amqp"),  # a trailing line break: an empty line after it
+        ("t", "q\n2\x1ft\x1fs\x1fd\x1fp", "a", "amqp"),  # a forged second line
+        ("t", "q\x1fr", "a", "amqp"),  # the separator
+        ("t", "q", "a\r", "amqp"),
+    ],
+)
+def test_columns_is_exact_for_text_validation_refuses(
+    database: Database, odd: tuple[str, str, str, str]
+) -> None:
+    """A row holding a line break or the chunked read's separator (refused by validation,
+    but a row written by hand may): the read falls back to the quoted CSV and stays exact."""
+    _insert_by_hand(database, [_ODD_ROWS[0], odd, _ODD_ROWS[2]])
+    rows = [_ODD_ROWS[0], odd, _ODD_ROWS[2]]
+    assert _columns(database) == [(i, t, s, d, p) for i, (t, s, p, d) in enumerate(rows, start=1)]
