@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +42,10 @@ class Entry(NamedTuple):
     pattern: str
 
 
-def numpy_view(array: pa.Array, dtype: type[np.integer]) -> npt.NDArray[np.integer]:
+_Int = TypeVar("_Int", bound=np.integer)
+
+
+def numpy_view(array: pa.Array, dtype: type[_Int]) -> npt.NDArray[_Int]:
     """A fixed-width Arrow array without nulls as a NumPy view of its values (no copy).
     Arrow's own ``to_numpy`` (like ``pa.array``) imports pandas the first time, when it
     is installed: 0.25-0.45 s of CPU, holding the GIL, on the service's startup path."""
