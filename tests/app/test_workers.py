@@ -36,6 +36,17 @@ def _worker_clients(url: str, wanted: int = 2, tries: int = 60) -> dict[int, htt
     return clients
 
 
+def _wait_ready(clients: dict[int, httpx.Client], timeout_s: float = 60.0) -> None:
+    """Until every worker, on its own connection, answers ``/readyz`` 200: each builds its
+    own table, and a probe through the shared port may reach the first one ready (CI once
+    matched on a worker still building: 503 ``not_ready``)."""
+    deadline = time.monotonic() + timeout_s
+    for worker, client in clients.items():
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, f"worker {worker} not ready in {timeout_s} s"
+            time.sleep(0.05)
+
+
 def _ids(client: httpx.Client, topic: str) -> list[int]:
     response = client.post("/v1/match", json={"topic": topic})
     assert response.status_code == 200, response.text
@@ -55,6 +66,7 @@ def test_a_write_on_one_worker_is_matched_on_both(tmp_path: Path, postgres_url: 
         server.wait_until("/readyz", 200)
         clients = _worker_clients(server.url)
         assert len(clients) == 2, f"one worker answered every connection: {list(clients)}"
+        _wait_ready(clients)
         (first, a), (second, b) = clients.items()
         delays = []
         try:
