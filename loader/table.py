@@ -478,7 +478,7 @@ class RoutingTable:
                     row is None
                     or Entry(row.tenant, row.subscriber, row.dialect, row.pattern) != entry
                 ):
-                    removes.append(_as_change(seq, "remove", sub_id, entry))
+                    removes.append(as_change(seq, "remove", sub_id, entry))
         for sub_id, row in wanted.items():
             entry = entries.get(sub_id)
             if (
@@ -580,7 +580,7 @@ class RoutingTable:
 _SCHEMA: Final = pa.schema([("id", pa.int64()), *((name, pa.string()) for name in COLUMNS[1:])])
 
 
-def _as_change(seq: int, op: str, sub_id: int, row: Entry) -> Change:
+def as_change(seq: int, op: str, sub_id: int, row: Entry) -> Change:
     """A change re-stating catalog entry ``row`` as ``op`` (a stored row is already a
     ``Change``: ``repair`` re-adds it with ``dataclasses.replace``, group included)."""
     headers = row.dialect == HEADERS_DIALECT
