@@ -7,6 +7,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
 from app.operations import AdminOperations
@@ -18,6 +19,15 @@ from migrations.runner import upgrade
 from store import Database
 
 log = logging.getLogger(__name__)
+
+
+def return_arrow_memory() -> None:
+    """Put Arrow on the C heap (``malloc``) for this process. Its default pool, mimalloc,
+    keeps what the startup read freed: at 1M subscriptions about 85 MB of the resident set
+    for good (smaps of a ready server: 422 MB on PostgreSQL, 338 MB with this). On the C
+    heap, the loader's ``malloc_trim`` after the build hands it back. Before any Arrow
+    allocation: buffers go back to the pool they came from."""
+    pa.set_memory_pool(pa.system_memory_pool())
 
 
 @dataclass
@@ -33,6 +43,7 @@ class Services:
 
     @classmethod
     def open(cls, settings: Settings) -> Services:
+        return_arrow_memory()
         db = Database(settings.database_url)
         upgrade(db.url)
         loader = Loader(

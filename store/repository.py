@@ -350,8 +350,10 @@ class SubscriptionRepository:
         assert raw is not None
         if not self._postgres:
             query = f"SELECT {', '.join(_COLUMN_NAMES)} FROM subscription ORDER BY id"
-            result: pa.Table = raw.execute(query).to_arrow_table()
-            return result.cast(_COLUMNS_SCHEMA)
+            # In chunks, combined into one copy in Arrow's pool: DuckDB's own buffers are
+            # then all freed here, and its allocator hands them back (store.db).
+            result: pa.Table = raw.execute(query).to_arrow_table(_CHUNK_ROWS)
+            return result.cast(_COLUMNS_SCHEMA).combine_chunks()
         chunks = _postgres_chunks(raw)
         if chunks is None:
             chunks = [_postgres_csv(raw)]

@@ -87,6 +87,24 @@ def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         server.stop()
 
 
+def test_the_server_never_loads_pandas(wire: Server) -> None:
+    """``app.serving.keep_pandas_out``: a write binds parameters through DuckDB's client,
+    which imports pandas (50 MB resident) unless the import is stopped; the write must still
+    succeed and the match find it."""
+    with wire.client(ADMIN_HEADERS) as http_client:
+        created = http_client.post(
+            "/v1/subscriptions",
+            json={"subscriber": "np", "pattern": "nopandas.*", "tenant": "acme"},
+        )
+        assert created.status_code == 201, created.text
+    with wire.client(A_HEADERS) as http_client:
+        found = http_client.get("/v1/match", params={"topic": "nopandas.x"}).json()
+        assert created.json()["id"] in found["subscriptions"]
+    maps = Path(f"/proc/{wire.process.pid}/maps").read_text()
+    assert "duckdb" in maps  # the check below looks at the right process
+    assert "/pandas/" not in maps
+
+
 def _still_serving(server: Server) -> None:
     assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
 
