@@ -11,6 +11,7 @@ list indexed by id (``_by_id``), the cheapest lookup Python has: no map walk per
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -30,6 +31,7 @@ from matcher import (
     MatchResult,
     create_matcher,
 )
+from matcher._native import NativeMatcher
 from matcher.overlap import Found, Relation, search
 from store.records import HEADERS_DIALECT, Change, headers_from_pattern
 
@@ -138,15 +140,20 @@ class RoutingTable:
         shared subscriptions: per topic either ``{"subscriptions": sorted ids,
         "subscribers": sorted names, "groups": []}`` or
         ``{"error": {"code", "message"}}`` for an invalid topic. One matcher look-up per
-        batch, names straight from the per-id list (O(matches) per topic)."""
+        batch, names straight from the per-id list (O(matches) per topic). On ``native``
+        the walks are one ``match_ids`` call, without the GIL (another thread's Python
+        runs meanwhile) and without a Python object per id until the answer is built."""
         matchers = self._topic.get((tenant, dialect))
         shadow = self.shadow
         if matchers is None or (shadow is not None and len(matchers) > 1 and shadow.every):
             match = self.match  # rare: no subscriptions, or the shadow check samples
             primary_match = None
         else:
+            primary = matchers[self._primary]
+            if isinstance(primary, NativeMatcher):
+                return self._answers(primary.match_ids(topics))
             match = None
-            primary_match = matchers[self._primary].match
+            primary_match = primary.match
         by_id = self._by_id
         far = self._far
         out: list[dict[str, Any]] = []
@@ -161,28 +168,47 @@ class RoutingTable:
             except MatcherError as e:
                 append({"error": {"code": e.code, "message": e.message}})
                 continue
-            if not ids:
-                append({"subscriptions": [], "subscribers": [], "groups": []})
-                continue
-            if len(ids) == 1:
-                (only,) = ids
-                name = (by_id[only] if only < len(by_id) else None) or far.get(only)
-                append(
-                    {
-                        "subscriptions": [only],
-                        "subscribers": [] if name is None else [name],
-                        "groups": [],
-                    }
-                )
-                continue
-            append(
-                {
-                    "subscriptions": sorted(ids),
-                    "subscribers": self._names_of(ids, by_id, far),
-                    "groups": [],
-                }
-            )
+            append(self._answer(sorted(ids), by_id, far))
         return out
+
+    def _answers(
+        self, found: tuple[array[int], array[int], dict[int, MatcherError]]
+    ) -> list[dict[str, Any]]:
+        """``match_many``'s answers from ``NativeMatcher.match_ids``' arrays."""
+        counts, ids, errors = found
+        flat = ids.tolist()
+        by_id = self._by_id
+        far = self._far
+        answer = self._answer
+        out: list[dict[str, Any]] = []
+        append = out.append
+        at = 0
+        for k, count in enumerate(counts):
+            if count == 0:
+                error = errors.get(k)
+                if error is not None:
+                    append({"error": {"code": error.code, "message": error.message}})
+                    continue
+            append(answer(flat[at : at + count], by_id, far))
+            at += count
+        return out
+
+    @classmethod
+    def _answer(
+        cls, ids: list[int], by_id: list[str | None], far: dict[int, str]
+    ) -> dict[str, Any]:
+        """One topic's batch answer from its ids, ascending."""
+        if not ids:
+            return {"subscriptions": ids, "subscribers": [], "groups": []}
+        if len(ids) == 1:
+            only = ids[0]
+            name = (by_id[only] if only < len(by_id) else None) or far.get(only)
+            return {
+                "subscriptions": ids,
+                "subscribers": [] if name is None else [name],
+                "groups": [],
+            }
+        return {"subscriptions": ids, "subscribers": cls._names_of(ids, by_id, far), "groups": []}
 
     def match_headers(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
         matcher = self._headers.get(tenant)

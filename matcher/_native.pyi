@@ -1,15 +1,21 @@
 """Types of the compiled ``native`` engine (matcher/_native.pyx)."""
 
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from matcher.base import Matcher, MatchResult
+from matcher.errors import MatcherError
 from matcher.grammar import Tokens
 from matcher.limits import Limits
 
 class NativeMatcher(Matcher):
     def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None: ...
     def match(self, topic: str) -> MatchResult: ...
+    def match_ids(
+        self, topics: Iterable[str]
+    ) -> tuple[array[int], array[int], dict[int, MatcherError]]:
+        """(counts, ids, errors): topic k's sorted ids are counts[k] entries of ids."""
     def node_count(self) -> int: ...
     def subscribe_arrays(self, ids: Any, offsets: Any, data: Any) -> int:
         """int64 ids, int32 offsets, uint8 UTF-8 bytes (buffer protocol); -1: nothing done."""

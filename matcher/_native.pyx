@@ -9,25 +9,42 @@ plain ASCII AMQP keys; other topics go through the dialect's validating splitter
 The walk is ``matcher.trie.walk``'s: breadth-first, reached ``#`` nodes set aside with
 their literal edges indexed by word, at most nodes x (words + 1) steps.
 
-Concurrency: every C++ operation (a whole walk, a whole insert or removal, a whole table
-read) runs holding the GIL, with no ``nogil`` block and no call back into Python code in
-the middle, so a reader never sees a half-applied write and readers need no lock; writers
-still serialize on the base class's write lock. Results are copied out of the structure
-before any Python object is built for them (building one may run the garbage collector,
-and with it other threads). A free-threaded build without the GIL would need a lock around
-each operation, so importing this module there fails rather than racing.
+Concurrency: the structure has one guard (a PyThread lock), held by every walk (``match``,
+``match_ids``) and every change to the structure, so a reader never sees a half-applied
+write, and walks, which use the structure's scratch space, never overlap. ``match`` holds
+it with the GIL; ``match_ids`` walks a slice of its topics at a time holding it *without*
+the GIL, so other threads' Python code (the event loop, other requests) runs on the other
+core meanwhile. Deadlock-free because no thread ever waits for the guard while holding the
+GIL (``_enter`` tries, then waits with the GIL released), and the GIL-free sections call no
+Python code. Reads that a walk does not touch (sizes, the id -> pattern table) take no
+guard: they hold the GIL, which every writer holds for its whole change. Results are copied
+out before the guard is released and before any Python object is built for them. Writers
+also serialize on the base class's write lock. A free-threaded build without the GIL would
+need the guard on those reads too, so importing this module there fails rather than racing.
 """
 
 import sys
+from array import array as _array
 
+from cpython cimport array
+from cpython.pythread cimport (
+    NOWAIT_LOCK,
+    WAIT_LOCK,
+    PyThread_acquire_lock,
+    PyThread_allocate_lock,
+    PyThread_free_lock,
+    PyThread_release_lock,
+    PyThread_type_lock,
+)
 from cpython.ref cimport PyObject, Py_INCREF
+from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memchr
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from matcher.base import EMPTY, Matcher, check_sub_id, gc_paused
-from matcher.errors import CapacityError, SubscriptionConflictError
+from matcher.errors import CapacityError, MatcherError, SubscriptionConflictError
 from matcher.grammar import MANY, ONE, canonical, checked_text
 
 if getattr(sys, "_is_gil_enabled", lambda: True)() is False:
@@ -98,11 +115,77 @@ cdef extern from *:
     void topicstore_items(const Core&, vector[uint32_t]&, vector[string]&) except +
 
 
+cdef extern from *:
+    """
+    #include <algorithm>
+    // A topic of a batch, ready for a walk without the GIL: an ASCII AMQP key to split
+    // here (kind 0), words the dialect's splitter made (kind 1: `count` UTF-8 words from
+    // `first` in the word arrays), or a topic refused before (kind 2: no ids).
+    struct TopicRef {
+        const char* data;
+        size_t size;
+        uint32_t first;
+        uint32_t count;
+        uint32_t kind;
+    };
+    // Walk each of `n` topics: its ids, sorted and distinct, appended to `ids`, their number
+    // to `counts`. Calls no Python code (the caller has released the GIL, holds the guard).
+    static void topicstore_match_refs(topicstore::Core& core, const TopicRef* refs, size_t n,
+                                      const char* const* word_data, const size_t* word_size,
+                                      std::vector<uint32_t>& words,
+                                      std::vector<uint32_t>& counts,
+                                      std::vector<uint32_t>& ids) {
+        for (size_t k = 0; k < n; ++k) {
+            const TopicRef& r = refs[k];
+            if (r.kind == 2) {
+                counts.push_back(0);
+                continue;
+            }
+            if (r.kind == 0) {
+                core.split_words(r.data, r.size, '.', words);
+            } else {
+                words.clear();
+                for (uint32_t j = r.first; j < r.first + r.count; ++j)
+                    words.push_back(core.word_id(word_data[j], static_cast<uint32_t>(word_size[j])));
+            }
+            const std::vector<uint32_t>* ends = core.walk(words.data(), words.size(), nullptr);
+            size_t start = ids.size();
+            for (uint32_t ref : *ends) {
+                if (ref & topicstore::HAS_IDS) {
+                    uint32_t node = ref & topicstore::INDEX;
+                    const uint32_t* p = core.ids_of(node);
+                    ids.insert(ids.end(), p, p + core.id_count(node));
+                }
+            }
+            if (ids.size() - start > 1) {
+                std::sort(ids.begin() + start, ids.end());
+                ids.erase(std::unique(ids.begin() + start, ids.end()), ids.end());
+            }
+            counts.push_back(static_cast<uint32_t>(ids.size() - start));
+        }
+    }
+    """
+    cdef cppclass TopicRef:
+        const char* data
+        size_t size
+        uint32_t first
+        uint32_t count
+        uint32_t kind
+
+    void topicstore_match_refs(Core&, const TopicRef*, size_t, const char* const*,
+                               const size_t*, vector[uint32_t]&, vector[uint32_t]&,
+                               vector[uint32_t]&) except + nogil
+
+
 #: Results of up to this many ids are kept per node as a frozenset (built on the first
 #: match that ends on the node alone, dropped by any write to it; in a bounded table, see
 #: native_core.hpp), as ``trie`` keeps small frozensets: the common single-node match then
 #: returns without building anything.
 cdef size_t CACHED_MAX = 16
+#: Topics ``match_ids`` walks per hold of the guard: a writer or a single ``match`` waits
+#: for at most one slice (about 0.1 ms of plain walks).
+cdef size_t MATCH_SLICE = 256
+cdef array.array _UINT32 = _array("I")
 
 
 cdef inline object _frozen(const vector[uint32_t]& ids):
@@ -110,6 +193,14 @@ cdef inline object _frozen(const vector[uint32_t]& ids):
     cdef size_t i
     for i in range(ids.size()):
         PySet_Add(out, ids[i])
+    return out
+
+
+cdef array.array _uint32_array(const vector[uint32_t]& values):
+    """``values`` as an ``array('I')``, in one copy."""
+    cdef array.array out = array.clone(_UINT32, values.size(), False)
+    if values.size():
+        memcpy(out.data.as_voidptr, values.data(), values.size() * sizeof(uint32_t))
     return out
 
 
@@ -146,7 +237,8 @@ cdef class _Core:
     """The C++ structure and the hot paths; ``NativeMatcher`` adds the interface."""
 
     cdef Core* core
-    cdef vector[uint32_t] words   # scratch: the current topic's word ids
+    cdef PyThread_type_lock guard  # see the module docstring
+    cdef vector[uint32_t] words   # scratch of match (under the guard): the topic's word ids
     cdef bint fast_amqp
     cdef Py_ssize_t max_subscriptions
     cdef object dialect_
@@ -157,10 +249,33 @@ cdef class _Core:
     cdef object split
 
     def __cinit__(self, *args, **kwargs):
+        self.guard = PyThread_allocate_lock()
+        if self.guard == NULL:
+            raise MemoryError("no lock for the native matcher")
         self.core = new Core()
 
     def __dealloc__(self):
         del self.core
+        if self.guard != NULL:
+            PyThread_free_lock(self.guard)
+
+    cdef inline void _enter(self) noexcept:
+        """Take the guard; waits, if it must, with the GIL released (see the module
+        docstring: nobody waits for the guard holding the GIL)."""
+        if not PyThread_acquire_lock(self.guard, NOWAIT_LOCK):
+            with nogil:
+                PyThread_acquire_lock(self.guard, WAIT_LOCK)
+
+    cdef inline void _leave(self) noexcept:
+        PyThread_release_lock(self.guard)
+
+    cdef inline bint _is_plain_key(self, topic):
+        """Whether ``topic`` is an ASCII AMQP key short enough that it cannot break the
+        byte or word limits, without NUL: the splitter's own fast path, split in C."""
+        if not (self.fast_amqp and type(topic) is str and PyUnicode_IS_ASCII(topic)):
+            return False
+        cdef Py_ssize_t n = PyUnicode_GET_LENGTH(topic)
+        return 0 < n <= self.fast_len and memchr(PyUnicode_DATA(topic), 0, n) == NULL
 
     cdef _configure(self, object dialect, object limits, object split):
         self.dialect_ = dialect
@@ -249,10 +364,15 @@ cdef class _Core:
                     return -1
             self._check_room(n, True)
             # Everything is valid: index (nothing below raises but MemoryError).
-            for i in range(n):
-                start, end = offsets[i], offsets[i + 1]
-                self._raw_tokens(text + start, end - start, spec, False)
-                self.core.add(<uint32_t>ids[i], spec.data(), spec.size(), text + start, end - start)
+            self._enter()
+            try:
+                for i in range(n):
+                    start, end = offsets[i], offsets[i + 1]
+                    self._raw_tokens(text + start, end - start, spec, False)
+                    self.core.add(<uint32_t>ids[i], spec.data(), spec.size(), text + start,
+                                  end - start)
+            finally:
+                self._leave()
         return n
 
     def __len__(self):
@@ -273,94 +393,145 @@ cdef class _Core:
             return None
         return _pattern(self.core, <uint32_t>sub_id)
 
-    cdef int _topic_words(self, topic) except -1:
-        """``self.words`` := the word ids of ``topic`` (validated as the dialect says)."""
-        cdef Py_ssize_t n, start, i
-        cdef const char* data
-        if (
-            self.fast_amqp
-            and type(topic) is str
-            and PyUnicode_IS_ASCII(topic)
-            and 0 < PyUnicode_GET_LENGTH(topic) <= self.fast_len
-        ):
-            # The splitter's own fast path, in C: an ASCII AMQP key short enough that it
-            # cannot break the byte or word limits; only NUL is left to refuse.
-            n = PyUnicode_GET_LENGTH(topic)
-            data = <const char*>PyUnicode_DATA(topic)
-            if memchr(data, 0, n) == NULL:
-                self.core.split_words(data, n, b'.', self.words)  # clears it first
-                return 0
-        cdef list words = self.split(topic)  # validates; raises InvalidTopicError
-        cdef vector[const char*] ptrs
-        cdef vector[Py_ssize_t] sizes
+    cdef object _split_words(self, topic, vector[const char*]& data, vector[size_t]& sizes):
+        """Validate ``topic`` by the dialect's splitter (raises InvalidTopicError) and point
+        ``data``/``sizes`` at its words' UTF-8; returns the words, which keep that alive."""
+        cdef list words = self.split(topic)
         cdef Py_ssize_t size
         for word in words:
-            ptrs.push_back(PyUnicode_AsUTF8AndSize(word, &size))
+            data.push_back(PyUnicode_AsUTF8AndSize(word, &size))
             sizes.push_back(size)
-        # Filled only now, in one go with no Python code between this and the walk: the
-        # splitter above is Python code, during which another thread may match and use
-        # this scratch vector (see the module docstring).
-        self.words.clear()
-        for i in range(<Py_ssize_t>ptrs.size()):
-            self.words.push_back(self.core.word_id(ptrs[i], sizes[i]))
-        return 0
+        return words
 
     def match(self, topic):
         """Ids of every subscription whose pattern matches ``topic``, as a frozenset.
         O(frontier x words), at most nodes x (words + 1) steps."""
-        self._topic_words(topic)
-        cdef const vector[uint32_t]* ends = self.core.walk(self.words.data(), self.words.size(), NULL)
+        cdef vector[const char*] word_data
+        cdef vector[size_t] word_size
+        cdef bint plain = self._is_plain_key(topic)
+        words = None
+        if not plain:
+            words = self._split_words(topic, word_data, word_size)
+        cdef const vector[uint32_t]* ends
         cdef uint32_t ref, node, last = 0
         cdef uint32_t[8] holding  # COMBO_NODES: the end nodes with ids, sorted
-        cdef size_t holders = 0, total = 0, i, j, n = ends.size()
-        for i in range(n):
-            ref = ends[0][i]
-            if ref & HAS_IDS:
-                node = ref & INDEX
-                if holders < COMBO_NODES:
-                    j = holders
-                    while j > 0 and holding[j - 1] > node:
-                        holding[j] = holding[j - 1]
-                        j -= 1
-                    holding[j] = node
-                holders += 1
-                total += self.core.id_count(node)
-                last = node
-        if holders == 0:
-            return EMPTY
-        cdef vector[uint32_t] found  # a copy: building Python objects may run other threads
-        cdef uint64_t version
+        cdef size_t holders = 0, total = 0, i, j, n
+        cdef vector[uint32_t] found  # copied out under the guard
+        cdef uint64_t version = 0
         cdef PyObject* cached
         cdef const uint32_t* ids
-        if holders == 1:
-            cached = self.core.cached(last)
-            if cached != NULL:
-                return <object>cached
-            ids = self.core.ids_of(last)
-            found.assign(ids, ids + total)
+        cdef bint keep = False
+        self._enter()
+        try:
+            if plain:
+                self.core.split_words(<const char*>PyUnicode_DATA(topic),
+                                      PyUnicode_GET_LENGTH(topic), b'.', self.words)
+            else:
+                self.words.clear()
+                for i in range(word_data.size()):
+                    self.words.push_back(self.core.word_id(word_data[i], word_size[i]))
+            ends = self.core.walk(self.words.data(), self.words.size(), NULL)
+            n = ends.size()
+            for i in range(n):
+                ref = ends[0][i]
+                if ref & HAS_IDS:
+                    node = ref & INDEX
+                    if holders < COMBO_NODES:
+                        j = holders
+                        while j > 0 and holding[j - 1] > node:
+                            holding[j] = holding[j - 1]
+                            j -= 1
+                        holding[j] = node
+                    holders += 1
+                    total += self.core.id_count(node)
+                    last = node
+            if holders == 0:
+                return EMPTY
+            if holders == 1:
+                cached = self.core.cached(last)
+                if cached != NULL:
+                    return <object>cached
+                ids = self.core.ids_of(last)
+                found.assign(ids, ids + total)
+                keep = total <= CACHED_MAX
+            else:
+                keep = holders <= COMBO_NODES and total <= COMBO_IDS
+                if keep:
+                    cached = self.core.combo_get(holding, holders)
+                    if cached != NULL:
+                        return <object>cached
+                found.reserve(total)
+                for i in range(n):
+                    ref = ends[0][i]
+                    if ref & HAS_IDS:
+                        node = ref & INDEX
+                        ids = self.core.ids_of(node)
+                        found.insert(found.end(), ids, ids + self.core.id_count(node))
             version = self.core.version()
-            result = _frozen(found)
-            if total <= CACHED_MAX and self.core.version() == version:
-                # No write ran while the frozenset was built: ``last`` is still that node.
-                self.core.keep_cached(last, <PyObject*>result)
-            return result
-        cdef bint keep = holders <= COMBO_NODES and total <= COMBO_IDS
-        if keep:
-            cached = self.core.combo_get(holding, holders)
-            if cached != NULL:
-                return <object>cached
-        found.reserve(total)
-        for i in range(n):
-            ref = ends[0][i]
-            if ref & HAS_IDS:
-                node = ref & INDEX
-                ids = self.core.ids_of(node)
-                found.insert(found.end(), ids, ids + self.core.id_count(node))
-        version = self.core.version()
+        finally:
+            self._leave()
         result = _frozen(found)
         if keep:
-            self.core.combo_put(holding, holders, version, <PyObject*>result)
+            self._enter()
+            try:
+                if holders == 1:
+                    if self.core.version() == version:
+                        # No write since the copy: ``last`` is still that node.
+                        self.core.keep_cached(last, <PyObject*>result)
+                else:
+                    self.core.combo_put(holding, holders, version, <PyObject*>result)
+            finally:
+                self._leave()
         return result
+
+    def match_ids(self, topics):
+        """``match`` for many topics at once, answered in arrays: ``(counts, ids, errors)``.
+        Topic ``k``'s ids, sorted, are the ``counts[k]`` entries of ``ids`` after those of
+        the topics before it (both ``array('I')``); ``errors`` maps the position of each
+        topic the dialect refuses to its ``MatcherError`` (and its count is 0). No Python
+        object per id, and the walks run without the GIL, ``MATCH_SLICE`` topics per hold
+        of the guard (see the module docstring). Topics are validated first, all of them,
+        with the GIL: the same rules and errors as ``match``."""
+        topics = tuple(topics)  # holds every topic (their text is read without the GIL)
+        cdef Py_ssize_t n = len(topics), k
+        cdef vector[TopicRef] refs
+        cdef TopicRef ref
+        cdef vector[const char*] word_data
+        cdef vector[size_t] word_size
+        cdef list kept = []
+        cdef dict errors = {}
+        refs.resize(n)
+        for k in range(n):
+            topic = topics[k]
+            if self._is_plain_key(topic):
+                ref.data = <const char*>PyUnicode_DATA(topic)
+                ref.size, ref.kind = PyUnicode_GET_LENGTH(topic), 0
+            else:
+                ref.first = word_data.size()
+                try:
+                    kept.append(self._split_words(topic, word_data, word_size))
+                except MatcherError as e:
+                    errors[k] = e
+                    ref.kind = 2
+                else:
+                    ref.count, ref.kind = word_data.size() - ref.first, 1
+            refs[k] = ref
+        cdef vector[uint32_t] counts, ids, words
+        counts.reserve(n)
+        cdef size_t start = 0, stop
+        cdef const char* const* data_at = word_data.data()
+        cdef const size_t* size_at = word_size.data()
+        while start < <size_t>n:
+            stop = min(<size_t>n, start + MATCH_SLICE)
+            self._enter()
+            try:
+                with nogil:
+                    topicstore_match_refs(self.core[0], refs.data() + start, stop - start,
+                                          data_at, size_at, words, counts, ids)
+            finally:
+                self._leave()
+            start = stop
+        return _uint32_array(counts), _uint32_array(ids), errors
 
     def _walk(self, words, level_sizes):
         """The walk over ``words`` (already split): the nodes it ends on, and, into
@@ -372,12 +543,15 @@ cdef class _Core:
         for word in words:
             data = PyUnicode_AsUTF8AndSize(word, &size)
             ids.push_back(self.core.word_id(data, size))
-        cdef const vector[uint32_t]* ends = self.core.walk(
-            ids.data(), ids.size(), &sizes if level_sizes is not None else NULL
-        )
+        cdef const vector[uint32_t]* ends
         cdef vector[uint32_t] nodes  # copied out before any Python object is built
-        for i in range(<Py_ssize_t>ends.size()):
-            nodes.push_back(ends[0][i] & INDEX)
+        self._enter()
+        try:
+            ends = self.core.walk(ids.data(), ids.size(), &sizes if level_sizes is not None else NULL)
+            for i in range(<Py_ssize_t>ends.size()):
+                nodes.push_back(ends[0][i] & INDEX)
+        finally:
+            self._leave()
         if level_sizes is not None:
             level_sizes.extend(sizes)
         return list(nodes)
@@ -398,7 +572,11 @@ cdef class _Core:
                 t.size, t.kind = size, 0
             spec.push_back(t)
         cdef const char* text = PyUnicode_AsUTF8AndSize(pattern, &size)
-        return self.core.add(sub_id, spec.data(), spec.size(), text, size)
+        self._enter()
+        try:
+            return self.core.add(sub_id, spec.data(), spec.size(), text, size)
+        finally:
+            self._leave()
 
     cdef bint _fast_subscribe(self, sub_id, pattern, object lock) except -1:
         """``Matcher.subscribe`` for a plainly valid AMQP pattern, without building tokens
@@ -419,8 +597,12 @@ cdef class _Core:
                     f"subscription {sub_id} already has pattern {text!r}, not {pattern!r}",
                 )
             self._check_room(1, False)
-            self.core.add(key, spec.data(), spec.size(),
-                          <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern))
+            self._enter()
+            try:
+                self.core.add(key, spec.data(), spec.size(),
+                              <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern))
+            finally:
+                self._leave()
         return True
 
     cdef int _check_room(self, Py_ssize_t more, bint bulk) except -1:
@@ -471,12 +653,21 @@ cdef class _Core:
                     self._index(sub_id, tokens[sub_id], pattern)
                 else:
                     self._fast_tokens(pattern, spec)
-                    self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
-                                  <const char*>PyUnicode_DATA(pattern), PyUnicode_GET_LENGTH(pattern))
+                    self._enter()
+                    try:
+                        self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
+                                      <const char*>PyUnicode_DATA(pattern),
+                                      PyUnicode_GET_LENGTH(pattern))
+                    finally:
+                        self._leave()
         return len(batch)
 
     cdef bint _withdraw(self, uint32_t sub_id) except -1:
-        return self.core.remove(sub_id)
+        self._enter()
+        try:
+            return self.core.remove(sub_id)
+        finally:
+            self._leave()
 
     cdef list _items(self):
         cdef vector[uint32_t] ids
@@ -485,7 +676,12 @@ cdef class _Core:
         return [(ids[i], _text(texts[i])) for i in range(<Py_ssize_t>ids.size())]
 
     cdef str _problems(self):
-        cdef string problem = self.core.check()
+        cdef string problem
+        self._enter()
+        try:
+            problem = self.core.check()
+        finally:
+            self._leave()
         return problem.decode("utf-8")
 
 
@@ -543,7 +739,8 @@ cdef class _PatternTable:
 
 class NativeMatcher(_Core, Matcher):
     """Subscribe/unsubscribe O(tokens); match O(frontier x words), bounded by nodes x
-    (words + 1), in compiled code. Readers take no lock (see the module docstring)."""
+    (words + 1), in compiled code. Walks and changes hold a guard; ``match_ids`` walks
+    without the GIL (see the module docstring)."""
 
     name = "native"
 

@@ -16,6 +16,7 @@ from threading import Event
 import pytest
 
 from matcher import ENGINES, HeadersMatcher, Matcher, create_matcher
+from matcher._native import NativeMatcher
 from matcher.cs_trie import CsTrieMatcher
 from matcher.grammar import AMQP, pattern_matches
 
@@ -159,6 +160,55 @@ def test_concurrent_writers_and_readers(engine: str) -> None:
         words = AMQP.split_topic(topic)
         expected = {i for i, p in model.items() if pattern_matches(AMQP.parse_pattern(p), words)}
         assert set(m.match(topic)) == expected, topic
+
+
+def test_native_batches_walk_without_the_gil_beside_writers_and_single_matches() -> None:
+    """``match_ids`` walks slices of its topics holding the guard but not the GIL: writers
+    and single matches run meanwhile on other threads. A batch reader sees no
+    half-applied write (only allowed patterns on the near misses, every id of a topic
+    sorted and distinct), and a writer still reads its own writes."""
+    m = NativeMatcher()
+    topics = [*NEAR_MISSES] * 200  # several slices per call
+
+    def writer(seed: int) -> Callable[[], None]:
+        def run() -> None:
+            rng = random.Random(seed)
+            base = seed * IDS_PER_WRITER
+            mine: set[int] = set()
+            for _ in range(OPS):
+                sub_id = base + rng.randrange(IDS_PER_WRITER)
+                if sub_id in mine:
+                    assert m.unsubscribe(sub_id)
+                    mine.discard(sub_id)
+                    _, ids, _ = m.match_ids(HITS)
+                    assert sub_id not in ids
+                else:
+                    m.subscribe(sub_id, _pattern_for(sub_id))
+                    mine.add(sub_id)
+                    if _pattern_for(sub_id) == "#":
+                        _, ids, _ = m.match_ids(HITS)
+                        assert list(ids).count(sub_id) == len(HITS)
+
+        return run
+
+    def batch_reader() -> None:
+        counts, ids, errors = m.match_ids(topics)
+        assert not errors and len(counts) == len(topics) and sum(counts) == len(ids)
+        at = 0
+        for topic, count in zip(topics, counts, strict=True):
+            mine = list(ids[at : at + count])
+            at += count
+            assert mine == sorted(set(mine)), topic
+            for sub_id in mine:
+                assert _pattern_for(sub_id) in NEAR_MISSES[topic], (topic, sub_id)
+
+    def single_reader() -> None:
+        for topic, allowed in NEAR_MISSES.items():
+            for sub_id in m.match(topic):
+                assert _pattern_for(sub_id) in allowed, (topic, sub_id)
+
+    _run([writer(seed) for seed in range(3)], [batch_reader, batch_reader, single_reader])
+    m._check()
 
 
 def test_cs_trie_snapshots_are_consistent_while_writers_run() -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from matcher import ENGINES, Limits, Matcher, SubscriptionConflictError, create_matcher
+from matcher._native import NativeMatcher
 from tests.matcher.strategies import PATTERNS, SUB_IDS, TOPICS
 
 FAST_ENGINES = [name for name in ENGINES if name != "naive"]
@@ -80,6 +81,21 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
                 got = m.match(topic)
                 assert set(got) == expected, (name, topic, self.model)
                 assert len(got) == len(expected), (name, topic)  # distinct ids
+
+        @rule(batch=st.lists(topics, max_size=5))
+        def match_ids(self, batch: list[str]) -> None:
+            """``native``'s batch answer: per topic, naive's ids in ascending order."""
+            expected = [sorted(self.naive.match(topic)) for topic in batch]
+            for name, m in self.engines.items():
+                if not isinstance(m, NativeMatcher):
+                    continue
+                counts, ids, errors = m.match_ids(batch)
+                assert not errors
+                got, at = [], 0
+                for count in counts:
+                    got.append(list(ids[at : at + count]))
+                    at += count
+                assert (got, at) == (expected, len(ids)), (name, batch, self.model)
 
         @invariant()
         def sizes_and_structure(self) -> None:

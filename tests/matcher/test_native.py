@@ -10,6 +10,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -83,6 +84,10 @@ def test_non_ascii_long_and_other_dialect_topics() -> None:
     mqtt.subscribe(2, "$SYS/#")
     assert set(mqtt.match("$SYS/x")) == {2} and set(mqtt.match("a/b")) == {1}
     mqtt._check()
+
+
+def _sorted_match(m: NativeMatcher, topic: str) -> list[int]:
+    return sorted(m.match(topic))
 
 
 def _outcome(call: Callable[[], object]) -> object:
@@ -195,6 +200,39 @@ def test_readers_on_the_general_path_do_not_share_words() -> None:
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors[0]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "topics"),
+    [
+        ("amqp", ["a.b", "", "é.b", "a." * 200, "a\x00b", "x.y.z", "a.b"]),
+        ("mqtt", ["a/b", "a/#", "", "+", "$SYS/x", "a/b/c", "é/b"]),
+        ("nats", ["a.b", "a.*", "", "a..b", ">", "c.d", "a.b.c"]),
+    ],
+)
+def test_match_ids_answers_as_match_does(dialect: str, topics: list[str]) -> None:
+    """Per topic, ``match_ids`` holds ``match``'s ids in order, or the very error it
+    raises (same class, code and message), whichever path the topic takes."""
+    m = NativeMatcher(dialect, Limits(max_topic_bytes=255, max_words=32))
+    patterns = {"amqp": ["a.*", "#", "a.#.b", "x.*.z"], "mqtt": ["a/+", "#", "+/b/#"]}
+    patterns["nats"] = ["a.*", ">", "c.d"]
+    for sub_id, pattern in enumerate(patterns[dialect]):
+        m.subscribe(sub_id, pattern)
+    counts, ids, errors = m.match_ids(topics)
+    at = 0
+    for k, topic in enumerate(topics):
+        expected = _outcome(partial(_sorted_match, m, topic))
+        if k in errors:
+            got: object = (type(errors[k]).__name__, errors[k].code, str(errors[k]))
+            assert counts[k] == 0
+        else:
+            got = list(ids[at : at + counts[k]])
+        at += counts[k]
+        assert got == expected, (topic, got, expected)
+    assert errors, "some topics must take the error path"
+    assert at == len(ids)
+    none, no_ids, no_errors = m.match_ids(())
+    assert (len(none), len(no_ids), no_errors) == (0, 0, {})
 
 
 def test_text_arena_compacts_and_keeps_every_pattern() -> None:
