@@ -33,6 +33,12 @@ DEFAULT_MASTER: Final = "local[*]"
 #: Fits a 2-core, 24 GiB box with room for the Python workers and the OS page cache (which
 #: serves the Parquet files): the driver holds the broadcast plan and cached routed rows.
 DRIVER_MEMORY: Final = "2g"
+#: Locally the driver JVM also runs the tasks. The parallel collector, not G1 (the
+#: default): the job is a batch that wants throughput, not short pauses. A cold one-shot
+#: route of 10M messages x 10k subscriptions on 2 cores: 39.7-40.6 s wall against
+#: 45.6-47.9 s with G1, which also warned "Retried waiting for GCLocker too often" on
+#: Arrow's 16 MB buffers.
+LOCAL_JVM_OPTIONS: Final = ("-XX:+UseParallelGC",)
 #: Few shuffle partitions: the job shuffles only small aggregates (counts), never messages.
 SHUFFLE_PARTITIONS: Final = 4
 
@@ -138,7 +144,9 @@ def spark_session(
             "spark.ui.enabled": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_quiet_logging_file()}",
+            "spark.driver.extraJavaOptions": " ".join(
+                (f"-Dlog4j2.configurationFile={_quiet_logging_file()}", *LOCAL_JVM_OPTIONS)
+            ),
         }
     settings |= dict(conf or {})
     for key, value in settings.items():
