@@ -54,6 +54,8 @@ class Run:
     p99_ms: float = 0.0
     p50_ms: float = 0.0
     subscriptions: int = 0
+    export_s: float | None = None
+    export_peak_mb: float | None = None
 
 
 def _cpu_s(pid: int) -> float:
@@ -131,6 +133,21 @@ def _latencies(base: str, token: str, topics: list[str], seconds: float) -> list
     return out
 
 
+def _export(pid: int, base: str, token: str) -> tuple[float, float]:
+    """Seconds of one ``GET /v1/subscriptions-export`` of every subscription, and the
+    server's peak resident MB during it (its high-water mark reset first: ``clear_refs``)."""
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as clear:
+        clear.write("5")
+    started = time.perf_counter()
+    response = httpx.get(
+        base + "/v1/subscriptions-export",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=600,
+    )
+    response.raise_for_status()
+    return time.perf_counter() - started, _status_mb(pid, "VmHWM")
+
+
 def _measure(url: str, reconcile_s: float, topics: list[str], *, restart: bool) -> Run:
     """One server's start, memory and match latency; with ``restart``, then a SIGKILL and
     a new server's start (``restart_s``; None without)."""
@@ -149,6 +166,8 @@ def _measure(url: str, reconcile_s: float, topics: list[str], *, restart: bool) 
         run.p50_ms, run.p99_ms = percentile(lat, 50), percentile(lat, 99)
         run.steady_mb = max(run.steady_mb, _status_mb(process.pid, "VmRSS"))
         run.peak_mb = _status_mb(process.pid, "VmHWM")
+        if restart:  # once per store, as the restart
+            run.export_s, run.export_peak_mb = _export(process.pid, base, token)
         process.kill()  # SIGKILL: no shutdown, a DuckDB file left with its write-ahead log
         process.wait()
     if not restart:
@@ -176,6 +195,8 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
             Column("steady MB", "{:,.0f}"),
             Column("peak MB", "{:,.0f}"),
             Column("peak/steady", "{:,.2f}"),
+            Column("export s", "{:,.2f}"),
+            Column("export peak/steady", "{:,.2f}"),
             Column("match p50 ms", "{:,.2f}"),
             Column("match p99 ms", "{:,.2f}"),
         ],
@@ -207,6 +228,10 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
                     run.steady_mb,
                     run.peak_mb,
                     run.peak_mb / run.steady_mb if run.steady_mb else None,
+                    run.export_s,
+                    run.export_peak_mb / run.steady_mb
+                    if run.export_peak_mb is not None and run.steady_mb
+                    else None,
                     run.p50_ms,
                     run.p99_ms,
                 ]
@@ -221,7 +246,9 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
         "server's user + system seconds until then (what a calm machine's wall time would "
         "approach: this box is shared); steady = "
         f"VmRSS {SETTLE_S:g} s after ready and after the match phase (the larger); peak = "
-        f"VmHWM; match = single POST /v1/match calls, one client, {MATCH_S:g} s per row.",
+        f"VmHWM; match = single POST /v1/match calls, one client, {MATCH_S:g} s per row; "
+        "export = GET /v1/subscriptions-export of all of them (Parquet) after the match "
+        "phase, its peak = VmHWM after resetting it (/proc/<pid>/clear_refs), once per store.",
         f"load average {os.getloadavg()[0]:.1f} at the end (2 cores, shared).",
     ]
     return table

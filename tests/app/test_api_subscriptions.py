@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -354,7 +356,11 @@ def test_snapshot_equals_the_listing_at_the_ready_seq(client: TestClient) -> Non
     assert [e["pattern"] for e in acme["subscriptions"]] == ["snap.#"]
 
 
-def test_export_is_parquet_with_every_row_of_the_tenant(client: TestClient) -> None:
+def test_export_is_parquet_with_every_row_of_the_tenant(
+    client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every row of the tenant; the file the answer is streamed from is removed once sent."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ids = [create(client, f"e{i}", f"exp.{i}")["id"] for i in range(7)]
     create(client, "x", "exp.acme", headers=A_HEADERS)
 
@@ -377,6 +383,7 @@ def test_export_is_parquet_with_every_row_of_the_tenant(client: TestClient) -> N
     )
     assert empty.headers["x-row-count"] == "0"
     assert pq.read_table(io.BytesIO(empty.content)).num_rows == 0
+    assert not list(tmp_path.glob("topicstore-export-*"))
 
 
 def test_list_by_group_and_label(client: TestClient) -> None:
