@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from matcher import EMPTY, HeadersMatcher, Matcher, MatcherError, MatchResult, create_matcher
+from matcher._native import NativeMatcher
 from matcher.groups import by_hash, select, stable_hash
 from pipeline.codes import DEFAULT_DIALECT, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
 from pipeline.schema import ROUTED_NAMES
@@ -85,29 +86,58 @@ class Router:
         Rows that arrive with a ``reason`` were rejected upstream and pass through; a topic
         or headers the matcher refuses becomes a reject carrying the matcher's error code.
         """
-        hits, codes, details = self._match(batch)
+        counts, positions, codes, details = self._matches(batch)
         rejected = np.fromiter((c is not None for c in codes), dtype=np.bool_, count=len(codes))
-        counts = np.fromiter(map(len, hits), dtype=np.int64, count=len(hits))
-        counts[rejected] = 0
-        start, n = 0, len(hits)
+        ends = np.cumsum(counts)
+        start, n = 0, len(counts)
         while start < n:
             # Cut after the first message whose deliveries reach max_rows.
-            reach = np.cumsum(counts[start:])
-            stop = min(n, start + int(np.searchsorted(reach, max_rows)) + 1)
-            positions = np.fromiter(
-                chain.from_iterable(compress(hits[start:stop], ~rejected[start:stop])),
-                dtype=np.int64,
-                count=int(reach[stop - start - 1]),
-            )
+            done = int(ends[start - 1]) if start else 0
+            stop = min(n, start + int(np.searchsorted(ends[start:] - done, max_rows)) + 1)
             yield self._emit(
                 batch.slice(start, stop - start),
                 counts[start:stop],
-                positions,
+                positions[done : int(ends[stop - 1])],
                 rejected[start:stop],
                 codes[start:stop],
                 details[start:stop],
             )
             start = stop
+
+    def _matches(
+        self, batch: pa.RecordBatch
+    ) -> tuple[Rows, Rows, list[str | None], list[str | None]]:
+        """Per message its number of deliveries (0 for a rejected one), the plan positions
+        of all of them in message order, and the reject codes and details. One engine,
+        ``native``, no headers and no groups (the common case): one ``match_ids`` call,
+        without a Python object per match; otherwise ``_match``'s per-message results."""
+        n = batch.num_rows
+        reasons = batch.column("reason")
+        tenants = _values(batch, "tenant", DEFAULT_TENANT)
+        dialects = _values(batch, "dialect", DEFAULT_DIALECT)
+        plain = (
+            reasons.null_count == n
+            and len(tenants) == len(dialects) == 1
+            and not self.plan.groups
+            and ("headers" not in batch.schema.names or batch.column("headers").null_count == n)
+        )
+        engine = self.engine(tenants[0], dialects[0]) if plain else None
+        if isinstance(engine, NativeMatcher):
+            found, ids, errors = engine.match_ids(batch.column("topic").to_pylist())
+            codes: list[str | None] = [None] * n
+            details: list[str | None] = [None] * n
+            for i, e in errors.items():
+                codes[i], details[i] = e.code, e.message
+            counts = np.frombuffer(found, dtype=np.uint32).astype(np.int64)
+            return counts, np.frombuffer(ids, dtype=np.uint32).astype(np.int64), codes, details
+        hits, codes, details = self._match(batch)
+        rejected = np.fromiter((c is not None for c in codes), dtype=np.bool_, count=n)
+        counts = np.fromiter(map(len, hits), dtype=np.int64, count=n)
+        counts[rejected] = 0
+        positions = np.fromiter(
+            chain.from_iterable(compress(hits, ~rejected)), dtype=np.int64, count=int(counts.sum())
+        )
+        return counts, positions, codes, details
 
     def _match(
         self, batch: pa.RecordBatch

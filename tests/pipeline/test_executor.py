@@ -56,7 +56,7 @@ def _deliveries(rows: list[dict[str, object]]) -> set[tuple[object, ...]]:
     }
 
 
-@pytest.mark.parametrize("engine", ["dfa", "trie"])
+@pytest.mark.parametrize("engine", ["dfa", "trie", "native"])
 def test_hand_written_batch(engine: str) -> None:
     plan, _ = build_plan(
         _subscriptions([(1, "alice", "stock.*.msft"), (2, "bob", "stock.#"), (3, "carol", "news")]),
@@ -90,7 +90,7 @@ def test_hand_written_batch(engine: str) -> None:
     assert all(r["ts"] == TS for r in rows if r["message_id"] is not None)
 
 
-@pytest.mark.parametrize("engine", ["dfa", "trie", "cs_trie"])
+@pytest.mark.parametrize("engine", ["dfa", "trie", "cs_trie", "native"])
 def test_agrees_with_the_naive_matcher_on_generated_data(engine: str) -> None:
     data = generate(subscriptions=150, messages=600, seed=11)
     plan, rejects = build_plan(data.subscriptions_table(), engine=engine)
@@ -102,6 +102,27 @@ def test_agrees_with_the_naive_matcher_on_generated_data(engine: str) -> None:
     unmatched = {r["message_id"] for r in rows if r["output"] == UNMATCHED}
     assert matched | unmatched == {m for m, _, _ in data.messages} and not matched & unmatched
     assert sum(1 for r in rows if r["first"]) == len(matched)
+
+
+@pytest.mark.parametrize("max_rows", [1, 3, 65_536])
+def test_native_arrays_path_routes_as_the_per_message_path(max_rows: int) -> None:
+    """One ``native`` engine, no upstream rejects, no headers, no groups: the router takes
+    ``match_ids``' arrays instead of a result per message. Its rows, rejects included and
+    cut into batches of ``max_rows`` deliveries, equal the per-message path's (``trie``)."""
+    subscriptions = _subscriptions(
+        [(1, "alice", "stock.*.msft"), (2, "bob", "stock.#"), (3, "carol", "#"), (4, "d", "x.y")]
+    )
+    topics = ["stock.nasdaq.msft", "stock", "x" * 256, "x.y", "a\x00b", "é.y", "x.y", "stock.a"]
+    batch = _batch([{"message_id": f"m{k}", "topic": t} for k, t in enumerate(topics)])
+    native, _ = build_plan(subscriptions, engine="native")
+    trie, _ = build_plan(subscriptions, engine="trie")
+    got = list(Router(native).route_batch(batch, max_rows))
+    expected = list(Router(trie).route_batch(batch, max_rows))
+    assert [b.to_pylist() for b in got] == [b.to_pylist() for b in expected]
+    reasons = {r["message_id"]: r["reason"] for b in got for r in b.to_pylist() if r["reason"]}
+    assert reasons == {"m2": "topic_too_long", "m4": "nul_byte"}
+    if max_rows == 1:
+        assert len(got) > 3  # cut after each message with deliveries
 
 
 def test_tenants_are_isolated_and_dialects_apply() -> None:
