@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
+from app.fairness import FairSlots
 from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
@@ -37,6 +38,7 @@ class Services:
     loader: Loader
     admin: AdminOperations
     limiter: RateLimiter
+    fair: FairSlots
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
@@ -56,7 +58,8 @@ class Services:
             reconcile_interval=settings.reconcile_interval,
         )
         limiter = RateLimiter(settings.rates(), limit_operator=settings.rate_limit_operator)
-        return cls(settings, db, loader, AdminOperations(db, settings), limiter)
+        fair = FairSlots(settings.batch_concurrency)
+        return cls(settings, db, loader, AdminOperations(db, settings), limiter, fair)
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at

@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         description="Most matches (ids) one /v1/match/batch answer may hold (about 10-20 MB "
         "of JSON); a batch past it is refused with 413 batch_answer_too_large.",
     )
+    batch_concurrency: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Batch-match slices run at once (in worker threads), granted to the "
+        "waiting tenants in turns (about the cores to spare).",
+    )
     tenant_quota: int = Field(1_000_000, ge=1, description="Most subscriptions per tenant.")
     max_topic_bytes: int = Field(255, ge=1, description="Topic and pattern limit (bytes).")
 

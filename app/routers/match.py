@@ -113,7 +113,8 @@ async def match_batch(body: BatchIn, caller: BatchCaller, services: ServicesDep)
     matches (nothing is dropped). Each topic counts against the tenant's batch-topic rate.
     At most ``max_batch`` topics (10,000) and ``max_batch_matches`` matches in the answer
     (1,000,000): past either, 413. Runs off the event loop in slices of ``BATCH_SLICE``
-    topics, so other requests are served meanwhile."""
+    topics, so other requests are served meanwhile; each slice (and the encoding) waits for
+    a place in ``services.fair``, granted to the waiting tenants in turns."""
     max_batch = services.settings.max_batch
     if len(body.topics) > max_batch:
         raise BatchTooLargeError(f"a batch holds at most {max_batch} topics")
@@ -130,16 +131,18 @@ async def match_batch(body: BatchIn, caller: BatchCaller, services: ServicesDep)
     most = services.settings.max_batch_matches
     results: list[dict[str, Any]] = []
     matched = 0
+    fair = services.fair
     for start in range(0, len(topics), BATCH_SLICE):
         end = start + BATCH_SLICE
-        part = await run_in_threadpool(
-            _batch_slice,
-            table,
-            tenant,
-            body.dialect,
-            topics[start:end],
-            None if keys is None else keys[start:end],
-        )
+        async with fair.slot(tenant):
+            part = await run_in_threadpool(
+                _batch_slice,
+                table,
+                tenant,
+                body.dialect,
+                topics[start:end],
+                None if keys is None else keys[start:end],
+            )
         matched += sum(len(result.get("subscriptions", ())) for result in part)
         if matched > most:
             raise BatchAnswerTooLargeError(
@@ -147,7 +150,8 @@ async def match_batch(body: BatchIn, caller: BatchCaller, services: ServicesDep)
                 f"(max_batch_matches); send fewer topics per batch"
             )
         results.extend(part)
-    encoded = await run_in_threadpool(orjson.dumps, {"results": results})
+    async with fair.slot(tenant):
+        encoded = await run_in_threadpool(orjson.dumps, {"results": results})
     return Response(encoded, media_type="application/json")
 
 
