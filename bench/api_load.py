@@ -58,6 +58,18 @@ def fan_out_label(n: int) -> str:
     return f"{MATCH} ({n} matches)"
 
 
+def batch_fan_out_label(n: int, batch_topics: int) -> str:
+    return f"{BATCH} ({batch_topics:,}, {n} matches)"
+
+
+def fan_out_batches(n: int, batch_topics: int) -> list[list[str]]:
+    """``BATCH_BODIES`` batches of ``fan{n}.{k}.x`` topics (n matches each), k rotating."""
+    return [
+        [f"fan{n}.{(b * batch_topics + i) % BODIES}.x" for i in range(batch_topics)]
+        for b in range(BATCH_BODIES)
+    ]
+
+
 def fan_out_subscriptions() -> list[tuple[str, str]]:
     """(subscriber, pattern) pairs giving each ``fan{n}.{k}.x`` topic exactly n matches."""
     return [
@@ -253,6 +265,15 @@ def run_api_load(
                         for i in range(0, len(batched), batch_topics)
                     ],
                 ),
+                **{
+                    batch_fan_out_label(n, batch_topics): Target(
+                        f"{service.url}/v1/match/batch",
+                        "POST",
+                        post,
+                        [orjson.dumps({"topics": t}) for t in fan_out_batches(n, batch_topics)],
+                    )
+                    for n in FAN_OUTS
+                },
             }
             for target in targets.values():
                 run_load(target, WARMUP_S, connections, workdir / "warmup", client=client)
@@ -291,6 +312,19 @@ def run_api_load(
             f">= {BATCH_TOPICS_TARGET:,} topics/s",
             "yes" if batch_rate >= BATCH_TOPICS_TARGET else "no",
         ],
+        *(
+            [
+                label := batch_fan_out_label(n, batch_topics),
+                results[label].rate,
+                results[label].p50_ms,
+                results[label].p99_ms,
+                results[label].rate * batch_topics,
+                None,
+                "(reported)",
+                "",
+            ]
+            for n in FAN_OUTS
+        ),
     ]
     table.notes += [
         f"client: {results[HEALTHZ].client}, a separate process on 127.0.0.1, closed loop over "

@@ -7,7 +7,16 @@ import random
 
 import pytest
 
-from bench.api_load import BATCH, FAN_OUTS, HEALTHZ, MATCH, fan_out_label, run_api_load
+from bench.api_load import (
+    BATCH,
+    FAN_OUTS,
+    HEALTHZ,
+    MATCH,
+    batch_fan_out_label,
+    fan_out_batches,
+    fan_out_label,
+    run_api_load,
+)
 from bench.loadgen import wrk_path
 from bench.workloads import market_workload, topic_for
 from matcher import create_matcher
@@ -22,19 +31,34 @@ def test_tiny_run_has_every_row(client: str) -> None:
         require(wrk_path() is not None, "wrk", hint="apt-get install wrk")
     table = run_api_load(1_000, 1.0, batch_topics=50, rounds=1, connections=2, client=client)
     fan_outs = [fan_out_label(n) for n in FAN_OUTS]
-    assert [row[0] for row in table.rows] == [HEALTHZ, MATCH, *fan_outs, f"{BATCH} (50)"]
+    batch_fan_outs = [batch_fan_out_label(n, 50) for n in FAN_OUTS]
+    assert [row[0] for row in table.rows] == [
+        HEALTHZ,
+        MATCH,
+        *fan_outs,
+        f"{BATCH} (50)",
+        *batch_fan_outs,
+    ]
     assert all(len(row) == len(table.columns) for row in table.rows)
     for row in table.rows:
         requests_per_s, p50, p99 = row[1:4]
         assert isinstance(requests_per_s, float) and requests_per_s > 0, row
         assert isinstance(p50, float) and isinstance(p99, float) and 0 < p50 <= p99, row
-    batch_requests, batch_topics = table.rows[-1][1], table.rows[-1][4]
-    assert isinstance(batch_requests, float)
-    assert batch_topics == pytest.approx(batch_requests * 50)
+    for row in table.rows[-3:]:
+        batch_requests, batch_topics = row[1], row[4]
+        assert isinstance(batch_requests, float)
+        assert batch_topics == pytest.approx(batch_requests * 50)
     assert table.rows[1][6] and table.rows[1][7] in ("yes", "no")
     assert table.rows[2][7] in ("yes", "no")  # 14 matches: the stated target
     assert any(f"client: {client}" in note for note in table.notes)
     assert any("1,000 subscriptions" in note for note in table.notes)
+
+
+def test_fan_out_batches_rotate_over_the_fan_out_topics() -> None:
+    batches = fan_out_batches(14, 50)
+    assert len(batches) == 8 and all(len(b) == 50 for b in batches)
+    assert batches[0][:2] == ["fan14.0.x", "fan14.1.x"] and batches[1][0] == "fan14.50.x"
+    assert {t for b in batches for t in b} == {f"fan14.{k}.x" for k in range(64)}
 
 
 def test_rejects_bad_sizes() -> None:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from app.cli import app
 from bench.adversarial import ROW_LABELS as ADVERSARIAL_LABELS
 from bench.adversarial import STATEFUL, TIMEOUT
-from bench.api_load import BATCH, FAN_OUTS, HEALTHZ, MATCH, fan_out_label
+from bench.api_load import BATCH, FAN_OUTS, HEALTHZ, MATCH, batch_fan_out_label, fan_out_label
 from bench.baseline import DictTrie, MemoizedDictTrie
 from bench.concurrency import EXCLUDED as CONCURRENCY_EXCLUDED
 from bench.cs_trie_load import LOAD_SUBJECTS
@@ -57,6 +57,7 @@ EXPECTED_ROWS: dict[str, list[str]] = {
         MATCH,
         *(fan_out_label(n) for n in FAN_OUTS),
         f"{BATCH} ({QUICK.api_batch_topics:,})",
+        *(batch_fan_out_label(n, QUICK.api_batch_topics) for n in FAN_OUTS),
     ],
     "batch_fanout": ["1", "2", "14", "131"],
     "slow_clients": [
