@@ -145,13 +145,20 @@ class RoutingTable:
         runs meanwhile) and without a Python object per id until the answer is built."""
         matchers = self._topic.get((tenant, dialect))
         shadow = self.shadow
-        if matchers is None or (shadow is not None and len(matchers) > 1 and shadow.every):
+        sampled = matchers is not None and shadow is not None and len(matchers) > 1
+        primary = None if matchers is None else matchers[self._primary]
+        if isinstance(primary, NativeMatcher):
+            assert matchers is not None
+            topics = topics if isinstance(topics, Sequence) else list(topics)
+            seq, writing = self._catalog.seq, self._apply_lock.locked()
+            found = primary.match_ids(topics)
+            if sampled and shadow is not None and shadow.every:
+                self._shadow_batch(matchers, shadow, (tenant, dialect), topics, found, seq, writing)
+            return self._answers(found)
+        if primary is None or (sampled and shadow is not None and shadow.every):
             match = self.match  # rare: no subscriptions, or the shadow check samples
             primary_match = None
         else:
-            primary = matchers[self._primary]
-            if isinstance(primary, NativeMatcher):
-                return self._answers(primary.match_ids(topics))
             match = None
             primary_match = primary.match
         by_id = self._by_id
@@ -171,6 +178,33 @@ class RoutingTable:
             append(self._answer(sorted(ids), by_id, far))
         return out
 
+    def _shadow_batch(
+        self,
+        matchers: dict[str, Matcher],
+        shadow: ShadowCheck,
+        key: tuple[str, str],
+        topics: Sequence[str],
+        found: tuple[array[int], array[int], dict[int, MatcherError]],
+        seq: int,
+        writing: bool,
+    ) -> None:
+        """The shadow check of a batch ``match_ids`` answered: each topic counts as one
+        match toward the sample, and those due are answered by the other engines too and
+        compared (``_shadow_match`` for one topic; ``seq``/``writing`` were read before the
+        batch, so a batch that raced a write records nothing)."""
+        counts, ids, errors = found
+        due: list[tuple[str, set[int]]] = []
+        at = 0
+        for k, count in enumerate(counts):
+            if shadow.due() and k not in errors:
+                due.append((topics[k], set(ids[at : at + count])))
+            at += count
+        others = {name: m for name, m in matchers.items() if name != self._primary}
+        for topic, answer in due:
+            wrong = [name for name, m in others.items() if set(m.match(topic)) != answer]
+            if not writing and not self._apply_lock.locked() and self._catalog.seq == seq:
+                shadow.record(wrong, topic, f"tenant {key[0]!r}, {key[1]}")
+
     def _answers(
         self, found: tuple[array[int], array[int], dict[int, MatcherError]]
     ) -> list[dict[str, Any]]:
@@ -180,10 +214,23 @@ class RoutingTable:
         by_id = self._by_id
         far = self._far
         answer = self._answer
+        size = len(by_id)
         out: list[dict[str, Any]] = []
         append = out.append
         at = 0
         for k, count in enumerate(counts):
+            if count == 1:  # the common case, inline (``_answer``'s single-id branch)
+                only = flat[at]
+                at += 1
+                name = (by_id[only] if only < size else None) or far.get(only)
+                append(
+                    {
+                        "subscriptions": [only],
+                        "subscribers": [] if name is None else [name],
+                        "groups": [],
+                    }
+                )
+                continue
             if count == 0:
                 error = errors.get(k)
                 if error is not None:
