@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -145,33 +146,35 @@ class RoutingTable:
         runs meanwhile) and without a Python object per id until the answer is built."""
         matchers = self._topic.get((tenant, dialect))
         shadow = self.shadow
-        sampled = matchers is not None and shadow is not None and len(matchers) > 1
+        sampling = (
+            shadow
+            if matchers is not None and shadow is not None and shadow.every and len(matchers) > 1
+            else None
+        )
         primary = None if matchers is None else matchers[self._primary]
         if isinstance(primary, NativeMatcher):
-            assert matchers is not None
             topics = topics if isinstance(topics, Sequence) else list(topics)
             seq, writing = self._catalog.seq, self._apply_lock.locked()
             found = primary.match_ids(topics)
-            if sampled and shadow is not None and shadow.every:
-                self._shadow_batch(matchers, shadow, (tenant, dialect), topics, found, seq, writing)
+            if sampling is not None:
+                assert matchers is not None
+                self._shadow_batch(
+                    matchers, sampling, (tenant, dialect), topics, found, seq, writing
+                )
             return self._answers(found)
-        if primary is None or (sampled and shadow is not None and shadow.every):
-            match = self.match  # rare: no subscriptions, or the shadow check samples
-            primary_match = None
+        match: Callable[[str], MatchResult]
+        if primary is None or sampling is not None:
+            # Rare: no subscriptions (``match`` still validates), or the shadow check samples.
+            match = partial(self.match, tenant, dialect)
         else:
-            match = None
-            primary_match = primary.match
+            match = primary.match
         by_id = self._by_id
         far = self._far
         out: list[dict[str, Any]] = []
         append = out.append
         for topic in topics:
             try:
-                ids = (
-                    primary_match(topic)
-                    if primary_match is not None
-                    else match(tenant, dialect, topic)  # type: ignore[misc]
-                )
+                ids = match(topic)
             except MatcherError as e:
                 append({"error": {"code": e.code, "message": e.message}})
                 continue
