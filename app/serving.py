@@ -21,8 +21,6 @@ waits for the whole build (``Loader.start``)."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import importlib.abc
 import logging
 import os
@@ -35,6 +33,7 @@ import typer
 
 from app.services import Services
 from app.settings import Settings
+from loader import heap
 
 if TYPE_CHECKING:
     import uvicorn
@@ -45,9 +44,6 @@ log = logging.getLogger(__name__)
 #: Descriptors kept free for everything but client connections: the store's pool and
 #: listener, the DuckDB file, logs, the event loop's own.
 FD_RESERVE: Final = 256
-#: ``mallopt`` parameter number (glibc's malloc.h) and the value ``return_freed_memory`` sets.
-M_MMAP_THRESHOLD: Final = -3
-MMAP_THRESHOLD: Final = 256 * 1024
 #: Connections the kernel queues before ``accept()`` (capped by net.core.somaxconn).
 BACKLOG: Final = 4096
 
@@ -91,19 +87,11 @@ def keep_pandas_out() -> None:
         sys.meta_path.insert(0, _NoPandas())
 
 
-def return_freed_memory() -> None:
-    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD`` (``mallopt``; glibc only). By default
-    it rises to the largest block freed so far, so after the startup read every later large
-    temporary (each reconciliation pass's per-range arrays) comes from the heap and stays
-    there once freed: at 1M subscriptions with a pass every 2 s, 360 MB resident against
-    330 MB with the threshold fixed (PostgreSQL; DuckDB 422 against 387). Fixed, blocks of
-    256 KiB and up are mapped on their own and go back to the system when freed."""
-    name = ctypes.util.find_library("c")
-    if sys.platform != "linux" or name is None:
-        return
-    libc = ctypes.CDLL(name)
-    if hasattr(libc, "mallopt") and not libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD):
-        log.warning("mallopt(M_MMAP_THRESHOLD) refused: freed memory may stay resident")
+def _prepare_process() -> None:
+    """What a serving process sets before it opens the store: no pandas, and large freed
+    blocks handed back to the system (``loader.heap``)."""
+    keep_pandas_out()
+    heap.fix_mmap_threshold()
 
 
 def _guard_connections(settings: Settings) -> int:
@@ -127,8 +115,7 @@ def worker_app() -> FastAPI:
     settings come from the environment the parent set)."""
     from app.main import create_app
 
-    keep_pandas_out()
-    return_freed_memory()
+    _prepare_process()
     settings = Settings()
     _guard_connections(settings)
     return create_app(settings)
@@ -180,8 +167,7 @@ def serve(settings: Settings, *, announce_token: bool) -> None:
     if settings.workers > 1:
         _serve_workers(settings, banner)
         return
-    keep_pandas_out()
-    return_freed_memory()
+    _prepare_process()
     services = Services.open(settings)
     try:
         services.start_in_background()  # first: see the module docstring

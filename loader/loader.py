@@ -18,9 +18,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 import logging
 import sys
 import threading
@@ -29,11 +26,11 @@ from collections.abc import Sequence
 from typing import Final
 
 import psycopg
-import pyarrow as pa
 import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from loader import heap
 from loader.shadow import ShadowCheck
 from loader.table import DEFAULT_ENGINES, RoutingTable
 from matcher import Limits
@@ -143,7 +140,7 @@ class Loader:
             self._catch_up_table(table)  # changes that landed while building
             self.table = table
         self.db.release_memory()  # before the heap is trimmed: what DuckDB frees goes too
-        _settle_heap()
+        heap.settle()
         self.rebuild_seconds = time.perf_counter() - started
         log.info(
             "routing table built: %d subscriptions in %.2f s", len(table), self.rebuild_seconds
@@ -159,8 +156,8 @@ class Loader:
             self._unsettled += applied
             if self._unsettled > max(SETTLE_EVERY, len(self.table) // 4):
                 # Bulk writes grew the table by a quarter: freeze it again (see
-                # _settle_heap), or full collections keep rescanning it.
-                _settle_heap()
+                # heap.settle), or full collections keep rescanning it.
+                heap.settle()
                 self._unsettled = 0
             return applied
 
@@ -281,29 +278,3 @@ class Loader:
                     self._reconcile(keys, groups=i == len(slices) - 1)
                 except (sa.exc.SQLAlchemyError, psycopg.Error) as e:
                     log.warning("reconciliation failed (%s); will retry", e)
-
-
-def _settle_heap() -> None:
-    """Collect what the old table left, then freeze the heap (``gc.freeze``): a routing table
-    is millions of long-lived objects, and without this every later collection rescans all
-    of them (it made one-at-a-time writes several times slower at 100k subscriptions).
-    Then hand freed memory back to the system: the startup read's buffers (Arrow's pool,
-    the C heap's free pages) would otherwise stay in the resident set for good."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
-    pa.default_memory_pool().release_unused()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _libc() -> ctypes.CDLL | None:
-    """glibc, for ``malloc_trim``; None elsewhere (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    if sys.platform != "linux" or name is None:
-        return None
-    libc = ctypes.CDLL(name)
-    return libc if hasattr(libc, "malloc_trim") else None
-
-
-_LIBC: Final = _libc()

@@ -36,7 +36,7 @@ from cpython.pythread cimport (
     PyThread_release_lock,
     PyThread_type_lock,
 )
-from cpython.ref cimport PyObject, Py_INCREF
+from cpython.ref cimport PyObject
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memchr
@@ -61,7 +61,6 @@ cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
     object PyFrozenSet_New(PyObject*)
     int PySet_Add(object, object) except -1
-    Py_ssize_t PySet_GET_SIZE(object)
 
 
 cdef extern from "native_core.hpp" namespace "topicstore":

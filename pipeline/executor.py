@@ -86,8 +86,7 @@ class Router:
         Rows that arrive with a ``reason`` were rejected upstream and pass through; a topic
         or headers the matcher refuses becomes a reject carrying the matcher's error code.
         """
-        counts, positions, codes, details = self._matches(batch)
-        rejected = np.fromiter((c is not None for c in codes), dtype=np.bool_, count=len(codes))
+        counts, positions, rejected, codes, details = self._matches(batch)
         ends = np.cumsum(counts)
         start, n = 0, len(counts)
         while start < n:
@@ -106,9 +105,10 @@ class Router:
 
     def _matches(
         self, batch: pa.RecordBatch
-    ) -> tuple[Rows, Rows, list[str | None], list[str | None]]:
+    ) -> tuple[Rows, Rows, npt.NDArray[np.bool_], list[str | None], list[str | None]]:
         """Per message its number of deliveries (0 for a rejected one), the plan positions
-        of all of them in message order, and the reject codes and details. One engine,
+        of all of them in message order, which messages are rejected, and the reject codes
+        and details. One engine,
         ``native``, no headers and no groups (the common case): one ``match_ids`` call,
         without a Python object per match; otherwise ``_match``'s per-message results."""
         n = batch.num_rows
@@ -128,28 +128,30 @@ class Router:
             details: list[str | None] = [None] * n
             for i, e in errors.items():
                 codes[i], details[i] = e.code, e.message
+            rejected = np.zeros(n, dtype=np.bool_)
+            rejected[list(errors)] = True
             counts = np.frombuffer(found, dtype=np.uint32).astype(np.int64)
-            return counts, np.frombuffer(ids, dtype=np.uint32).astype(np.int64), codes, details
-        hits, codes, details = self._match(batch)
+            positions = np.frombuffer(ids, dtype=np.uint32).astype(np.int64)
+            return counts, positions, rejected, codes, details
+        hits, codes, details = self._match(batch, tenants, dialects)
         rejected = np.fromiter((c is not None for c in codes), dtype=np.bool_, count=n)
         counts = np.fromiter(map(len, hits), dtype=np.int64, count=n)
         counts[rejected] = 0
         positions = np.fromiter(
             chain.from_iterable(compress(hits, ~rejected)), dtype=np.int64, count=int(counts.sum())
         )
-        return counts, positions, codes, details
+        return counts, positions, rejected, codes, details
 
     def _match(
-        self, batch: pa.RecordBatch
+        self, batch: pa.RecordBatch, tenants: list[str], dialects: list[str]
     ) -> tuple[list[Hits], list[str | None], list[str | None]]:
+        """A result per message (``tenants``/``dialects``: ``_values`` of the batch)."""
         n = batch.num_rows
         topics = batch.column("topic").to_pylist()
         reasons = batch.column("reason")
         hits: list[Hits] = [_NO_HITS] * n
         codes: list[str | None] = reasons.to_pylist()
         details: list[str | None] = batch.column("detail").to_pylist()
-        tenants = _values(batch, "tenant", DEFAULT_TENANT)
-        dialects = _values(batch, "dialect", DEFAULT_DIALECT)
         if reasons.null_count == n and len(tenants) == len(dialects) == 1:
             # The common case: one engine, and a loop with nothing in it but the match.
             match = self.engine(tenants[0], dialects[0]).match

@@ -1,0 +1,66 @@
+"""How a serving process hands memory back: the loader's builds and reconciliations free
+hundreds of MB of transient buffers, and each allocator in the process would otherwise keep
+them resident. One place for the process's memory policy and its one handle on glibc."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import logging
+import sys
+from typing import Final
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+#: ``mallopt`` parameter number (glibc's malloc.h) and the value ``fix_mmap_threshold`` sets.
+M_MMAP_THRESHOLD: Final = -3
+MMAP_THRESHOLD: Final = 256 * 1024
+
+
+def _libc() -> ctypes.CDLL | None:
+    """glibc, for ``malloc_trim`` and ``mallopt``; None elsewhere (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    if sys.platform != "linux" or name is None:
+        return None
+    libc = ctypes.CDLL(name)
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+
+_LIBC: Final = _libc()
+
+
+def arrow_on_malloc() -> None:
+    """Put Arrow on the C heap (``malloc``) for this process. Its default pool, mimalloc,
+    keeps what the startup read freed: at 1M subscriptions about 85 MB of the resident set
+    for good (smaps of a ready server: 422 MB on PostgreSQL, 338 MB with this). On the C
+    heap, ``settle`` after the build hands it back. Before any Arrow allocation: buffers go
+    back to the pool they came from."""
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def fix_mmap_threshold() -> None:
+    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD``. By default it rises to the largest
+    block freed so far, so after the startup read every later large temporary (each
+    reconciliation pass's per-range arrays) comes from the heap and stays there once freed:
+    at 1M subscriptions with a pass every 2 s, 360 MB resident against 330 MB with the
+    threshold fixed (PostgreSQL; DuckDB 422 against 387). Fixed, blocks of 256 KiB and up
+    are mapped on their own and go back to the system when freed."""
+    if _LIBC is not None and not _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD):
+        log.warning("mallopt(M_MMAP_THRESHOLD) refused: freed memory may stay resident")
+
+
+def settle() -> None:
+    """Collect what the old table left, then freeze the heap (``gc.freeze``): a routing table
+    is millions of long-lived objects, and without this every later collection rescans all
+    of them (it made one-at-a-time writes several times slower at 100k subscriptions).
+    Then hand freed memory back to the system: the startup read's buffers (Arrow's pool,
+    the C heap's free pages) would otherwise stay in the resident set for good."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
