@@ -13,9 +13,10 @@ one still sees a consistent, complete matcher. Past ``Limits.max_dfa_states`` th
 flushed and rebuilt lazily, so memory stays bounded whatever the topics.
 
 Building a state costs O(nodes in it), and a cold topic can need a new state per word (a
-128-word key against ``#``-heavy patterns: ~300 nodes per state). So one match builds states
-worth at most ``BUILD_BUDGET`` nodes; past that it finishes on the trie walk from the state
-it reached (same answer, O(frontier) per word, nothing cached). A topic seen again extends
+128-word key against ``#``-heavy patterns: ~300 nodes per state). So one match builds its
+first missing state and then states worth at most ``BUILD_BUDGET`` nodes; past that it
+finishes on the trie walk from the state it reached (same answer, O(frontier) per word,
+nothing cached). A topic seen again extends
 its cached path by that budget each time, so hot topics still end up one lookup per word.
 """
 
@@ -37,16 +38,20 @@ class _Key:
 
 
 #: Trie nodes' worth of DFA states one match may build before it finishes on the trie walk
-#: (a state of k nodes costs about k steps to build, as a walk level of k nodes does).
-BUILD_BUDGET: Final = 512
+#: (a state of k nodes costs about k steps to build, as a walk level of k nodes does, plus
+#: sorting and interning it). A match always builds its first missing state, so a topic seen
+#: again still extends its cached path; past that, a cold long topic against '#' patterns
+#: (states of ~300 nodes, rarely shared) costs about what the trie walk costs (profiled:
+#: 512 built 7 such states per cold adversarial topic, 40 % over the walk).
+BUILD_BUDGET: Final = 64
 
 #: Keys of a state's transition dictionary that are not words.
 _STATE: Final = _Key()
 _RESULT: Final = _Key()
 
 #: A state's transitions: word -> the next state's transitions; ``_STATE`` -> the ``_State``,
-#: ``_RESULT`` -> its accepted ids. Keeping the table itself as "the state" makes a warm step
-#: one dictionary subscript.
+#: ``_RESULT`` -> its accepted ids (once a match ended there). Keeping the table itself as
+#: "the state" makes a warm step one dictionary subscript.
 Transitions: TypeAlias = dict[object, Any]
 
 
@@ -58,7 +63,16 @@ class _State:
     def __init__(self, nodes: tuple[WalkNode, ...]) -> None:
         self.nodes = nodes
         self.default: _State | None = None
-        self.trans: Transitions = {_STATE: self, _RESULT: _accepted(nodes)}
+        self.trans: Transitions = {_STATE: self}
+
+    def result(self) -> MatchResult:
+        """The ids this state accepts, computed on first use (then under ``_RESULT``): most
+        states a long topic builds are passed through, never ended on. Two readers may both
+        compute it; they store equal sets."""
+        result: MatchResult | None = self.trans.get(_RESULT)
+        if result is None:
+            result = self.trans[_RESULT] = _accepted(self.nodes)
+        return result
 
 
 def _accepted(nodes: tuple[WalkNode, ...]) -> MatchResult:
@@ -178,11 +192,14 @@ class DfaMatcher(CsTrieMatcher):
                 trans = trans[word]
             except KeyError:
                 nodes = trans[_STATE].nodes
-                budget -= len(nodes)
-                if budget < 0:
+                if budget <= 0:
                     return _walked(dfa.root, nodes, words[position:])
+                budget -= len(nodes)
                 trans = dfa.step(trans, word)
-        result: MatchResult = trans[_RESULT]
+        try:
+            result: MatchResult = trans[_RESULT]
+        except KeyError:
+            return trans[_STATE].result()  # type: ignore[no-any-return]
         return result
 
     def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:

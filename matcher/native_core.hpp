@@ -19,6 +19,11 @@
 // and the '*' field is the stamp in a '#' node and the tail in a tail leaf (neither ever
 // has a '*' child).
 //
+// Long topics against '#' patterns (the adversarial case): while more words remain than
+// any pattern has after its last '#' (max_tail()), only nodes with a '#' below them
+// (HAS_FEEDS) and not yet "spent" (every '#' below already active) can change the answer,
+// so the walk carries only those (see hash_walk); matcher/trie.py prunes the same way.
+//
 // Thread safety is the caller's (matcher/_native.pyx): every method runs start to end
 // holding the GIL and calls no Python code, so no reader ever sees a half-applied write.
 // The only Python calls are Py_INCREF/Py_XDECREF of the cached per-node results (frozensets
@@ -44,7 +49,8 @@ constexpr uint32_t HAS_HASH = 1u << 30;
 constexpr uint32_t HAS_IDS = 1u << 29;
 constexpr uint32_t HAS_KIDS = 1u << 28;     // literal children
 constexpr uint32_t HAS_TAIL = 1u << 27;     // a tail leaf (see Node)
-constexpr uint32_t INDEX = HAS_TAIL - 1;    // the node index part of a reference
+constexpr uint32_t HAS_FEEDS = 1u << 26;    // a '#' node below (Core::feeds_)
+constexpr uint32_t INDEX = HAS_FEEDS - 1;   // the node index part of a reference
 constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
 constexpr uint32_t MAX_NODES = INDEX;
 constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
@@ -242,6 +248,7 @@ class Core {
     Core() {
         nodes_.emplace_back();
         nodes_[0].label = 0;  // the root: live, nobody's child
+        feeds_.push_back(0);
         edges_.assign(16, Edge{0, 0, NO_NODE});
         idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
         wordslots_.assign(16, WordSlot{0, 0});
@@ -259,6 +266,9 @@ class Core {
     uint32_t size() const { return id_count_; }
     uint32_t node_count() const { return node_count_; }
     uint32_t hash_count() const { return hash_count_; }
+    // The most tokens any pattern has after its last '#' (all of them without one): a node
+    // with no '#' below it is at most that many words from its ids.
+    uint32_t max_tail() const { return max_tail_; }
     uint64_t version() const { return version_; }
     const Node& node(uint32_t i) const { return nodes_[i]; }
 
@@ -370,7 +380,8 @@ class Core {
     uint32_t tags(uint32_t i) const {
         const Node& n = nodes_[i];
         return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
-               (n.nids ? HAS_IDS : 0) | (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0);
+               (n.nids ? HAS_IDS : 0) | (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0) |
+               (feeds_[i] ? HAS_FEEDS : 0);
     }
 
     // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
@@ -484,6 +495,7 @@ class Core {
         push_id(leaf, id);  // may grow idvecs_, not nodes_: `leaf` stays valid
         drop_cached(cur);
         if (leaf.nids == 1) retag(cur);
+        count_pattern(cur, 1);
         return true;
     }
 
@@ -502,6 +514,7 @@ class Core {
         drop_cached(cur);
         if (ti != NO_TEXT && --texts_[ti].refs == 0) drop_text(leaf, ti);
         if (leaf.nids == 0) retag(cur);
+        count_pattern(cur, -1);
         // Prune nodes left empty, bottom-up (the root stays).
         while (cur != 0 && nodes_[cur].empty()) {
             Node& n = nodes_[cur];
@@ -662,6 +675,29 @@ class Core {
             }
         }
         if (words != word_count_) return "word count";
+        // feeds_ and the tail counts, recomputed from each id's end node (count_pattern).
+        if (feeds_.size() != nodes_.size()) return "feeds size";
+        std::vector<uint32_t> feeds(nodes_.size(), 0), tails(tail_counts_.size(), 0);
+        for (const IdSlot& slot : idslots_) {
+            if (slot.node == EMPTY_SLOT) continue;
+            const Node& leaf = nodes_[slot.node];
+            uint32_t tail = leaf.is_tail() ? tails_[leaf.star & INDEX] : 0;
+            uint32_t h = slot.node;
+            for (; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++tail;
+            if (h != 0)
+                for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
+                    ++feeds[a];
+                    if (a == 0) break;
+                }
+            if (tail >= tails.size()) return "tail count missing";
+            ++tails[tail];
+        }
+        if (feeds != feeds_) return "feeds count";
+        if (tails != tail_counts_) return "tail counts";
+        uint32_t longest = 0;
+        for (uint32_t t = 0; t < tails.size(); ++t)
+            if (tails[t]) longest = t;
+        if (longest != max_tail_) return "max tail";
         return "";
     }
 
@@ -762,6 +798,10 @@ class Core {
     }
 
     std::vector<Node> nodes_;
+    // Per node: the patterns whose last '#' is below it (the walk's HAS_FEEDS tag).
+    std::vector<uint32_t> feeds_;
+    std::vector<uint32_t> tail_counts_;  // patterns per tail length (see max_tail())
+    uint32_t max_tail_ = 0;
     std::vector<uint32_t> free_nodes_;
     std::vector<IdVec> idvecs_;          // ids of nodes holding two or more (Node::ids)
     std::vector<uint32_t> free_idvecs_;
@@ -785,6 +825,12 @@ class Core {
     static constexpr size_t MEMO_SLOTS = 16;      // distinct topic words the memo table covers
     struct Memo;
     std::vector<Memo> memo_;
+    struct Proof {
+        uint32_t epoch = 0;    // the walk it holds for
+        uint32_t blocker = 0;  // NO_NODE: spent; GAVE_UP; else an inactive '#' node below
+    };
+    std::vector<Proof> proofs_;  // per node, allocated on the first pruned walk
+    std::vector<uint32_t> probe_stack_, probe_seen_;
 
     // Fibonacci hashing: one multiply, the top bits (the walk computes one per step).
     size_t edge_bucket(uint32_t parent, uint32_t word) const {
@@ -888,8 +934,18 @@ class Core {
         std::vector<uint32_t> out;
     };
 
+    void reset_memos() {
+        for (uint32_t index : memo_touched_) {
+            memo_[index].done = memo_[index].reached = 0;
+            memo_[index].out.clear();
+        }
+        memo_touched_.clear();
+    }
+
+    // `prove`: before the cut, drop from the kept contribution for good what no longer
+    // matters (nodes without HAS_FEEDS, spent ones; see hash_walk).
     void static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32_t w, uint32_t keep,
-                     std::vector<uint32_t>& next) {
+                     bool prove, std::vector<uint32_t>& next) {
         const size_t k = slot_word_.size();
         if (k >= MEMO_SLOTS) {  // too many distinct words for the table: step directly
             size_t from = next.size();
@@ -911,15 +967,76 @@ class Core {
             if (ref & HAS_STAR) m.out.push_back(nodes_[ref & INDEX].star);
         }
         if (len > m.done) m.done = len;
-        size_t from = next.size();
-        next.resize(from + m.out.size());
-        uint32_t* out = next.data() + from;
-        for (uint32_t c : m.out)
-            if (c & keep) *out++ = c;
-        next.resize(static_cast<size_t>(out - next.data()));
+        if (prove) {
+            // Dropped entries need no reach(): without a '#' below, or with it active.
+            size_t kept = 0, reached = 0;
+            for (size_t j = 0; j < m.out.size(); ++j) {
+                uint32_t c = m.out[j];
+                if (!(c & HAS_FEEDS) || spent(c & INDEX)) continue;
+                reached += j < m.reached;
+                m.out[kept++] = c;
+            }
+            m.out.resize(kept);
+            m.reached = static_cast<uint32_t>(reached);
+            next.insert(next.end(), m.out.begin(), m.out.end());
+        } else {
+            size_t from = next.size();
+            next.resize(from + m.out.size());
+            uint32_t* out = next.data() + from;
+            for (uint32_t c : m.out)
+                if (c & keep) *out++ = c;
+            next.resize(static_cast<size_t>(out - next.data()));
+        }
         // Only the entries new to `out` can reach a '#' node not yet active.
         for (size_t j = m.reached; j < m.out.size(); ++j) reach(m.out[j]);
         m.reached = static_cast<uint32_t>(m.out.size());
+    }
+
+    static constexpr uint32_t GAVE_UP = 0xFFFFFFFFu;  // Proof::blocker: the proof ran out
+    static constexpr size_t SPENT_PROBE = 32;          // nodes a proof may visit
+
+    // Whether node `x` is spent in this walk: every '#' node below it, through the topic's
+    // words and '*' edges, is active already, so carrying it changes nothing before the cut
+    // (see hash_walk). Memoized per walk in proofs_: "spent" holds for the rest of the walk
+    // (active '#' nodes stay active), "not spent" while the '#' node the proof met stays
+    // inactive. A proof visits at most SPENT_PROBE nodes, then keeps `x` for the walk
+    // (keeping is always safe), and probes the topic's distinct words (< MEMO_SLOTS) per
+    // node.
+    bool spent(uint32_t x) {
+        const Proof& p = proofs_[x];
+        if (p.epoch == epoch_) {
+            if (p.blocker == NO_NODE) return true;
+            if (p.blocker == GAVE_UP || nodes_[p.blocker].star != epoch_) return false;
+        }
+        std::vector<uint32_t>& stack = probe_stack_;
+        std::vector<uint32_t>& seen = probe_seen_;
+        stack.assign(1, x);
+        seen.clear();
+        const size_t k = slot_word_.size();
+        while (!stack.empty()) {
+            uint32_t y = stack.back();
+            stack.pop_back();
+            if (proofs_[y].epoch == epoch_ && proofs_[y].blocker == NO_NODE) continue;
+            const Node& node = nodes_[y];
+            if (node.hash != NO_NODE && nodes_[node.hash & INDEX].star != epoch_) {
+                proofs_[x] = Proof{epoch_, node.hash & INDEX};
+                return false;
+            }
+            seen.push_back(y);
+            if (seen.size() > SPENT_PROBE) {
+                proofs_[x] = Proof{epoch_, GAVE_UP};
+                return false;
+            }
+            if (node.nchildren)
+                for (size_t slot = 0; slot < k; ++slot) {
+                    uint32_t c = child(y, slot_word_[slot]);
+                    if (c & HAS_FEEDS) stack.push_back(c & INDEX);
+                }
+            uint32_t star = node.star_ref();
+            if (star & HAS_FEEDS) stack.push_back(star & INDEX);
+        }
+        for (uint32_t y : seen) proofs_[y] = Proof{epoch_, NO_NODE};
+        return true;
     }
 
     const std::vector<uint32_t>* hash_walk(const uint32_t* words, size_t n,
@@ -927,6 +1044,7 @@ class Core {
         if (++epoch_ == 0) {  // wrapped: forget every stamp
             for (Node& node : nodes_)
                 if (node.is_hash()) node.star = 0;  // the stamp (see Node)
+            proofs_.assign(proofs_.size(), Proof());
             epoch_ = 1;
         }
         // Distinct known words of the topic -> slots.
@@ -945,11 +1063,17 @@ class Core {
         for (size_t slot = 0; slot < k; ++slot) by_word_[slot].clear();
         reached_.assign(k, 0);
         if (memo_.empty()) memo_.resize(MEMO_SLOTS * (MEMO_SLOTS + 1));
-        for (uint32_t index : memo_touched_) {
-            memo_[index].done = memo_[index].reached = 0;
-            memo_[index].out.clear();
-        }
-        memo_touched_.clear();
+        reset_memos();
+        // Pruning (exact, as matcher/trie.py's walk_from), while more words remain after a
+        // step than max_tail(): a node with no '#' below it cannot reach an id any more, and
+        // one whose '#' nodes are all active changes nothing (they stay active, and their
+        // children join every level through by_word_). So until the cut a step keeps only
+        // nodes tagged HAS_FEEDS, and the memoized static part also drops spent ones for
+        // good; at the cut the memos start over in full.
+        const size_t cut = n > max_tail_ ? n - max_tail_ : 0;
+        bool pruning = cut > 1;
+        const bool prove = pruning && k < MEMO_SLOTS;
+        if (prove && proofs_.size() < nodes_.size()) proofs_.resize(nodes_.size());
         active_.clear();
         tail_ends_.clear();
         // A level: `level` (nodes reached through literal and '*' edges) plus its static
@@ -964,9 +1088,13 @@ class Core {
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
             uint32_t slot = slot_of_[i];
+            if (pruning && i + 1 >= cut) {
+                pruning = false;
+                reset_memos();
+            }
             // As in plain_walk, plus HAS_HASH: reach() needs the node to set its '#' aside
             // (which then matches after the last word too).
-            uint32_t keep = (i + 1 < n ? HAS_EDGES : HAS_IDS) | HAS_HASH;
+            uint32_t keep = pruning ? HAS_FEEDS : (i + 1 < n ? HAS_EDGES : HAS_IDS) | HAS_HASH;
             // This level's static part: the list as it is now, before this level's reach()
             // adds the children of '#' nodes reached here (they match from the next word).
             uint32_t len = slot == UINT32_MAX ? 0 : static_cast<uint32_t>(by_word_[slot].size());
@@ -997,7 +1125,7 @@ class Core {
             next.resize(static_cast<size_t>(out - next.data()));
             size_t stepped = next.size();
             for (size_t j = 0; j < stepped; ++j) reach(next[j]);
-            if (static_len) static_step(static_slot, static_len, slot, w, keep, next);
+            if (static_len) static_step(static_slot, static_len, slot, w, keep, prove && pruning, next);
             if (slot != UINT32_MAX) {
                 for (uint32_t j = reached_[slot]; j < len; ++j) reach(by_word_[slot][j]);
                 if (len > reached_[slot]) reached_[slot] = len;
@@ -1047,12 +1175,33 @@ class Core {
             if (nodes_.size() >= MAX_NODES) throw std::length_error("too many trie nodes");
             i = static_cast<uint32_t>(nodes_.size());
             nodes_.emplace_back();
+            feeds_.push_back(0);
         }
         Node& n = nodes_[i];
         n.parent = parent;
         n.label = label;  // STAR / HASH / a word: live from here
         ++node_count_;
         return i;
+    }
+
+    // A pattern ending at `leaf` comes (delta +1) or goes (-1): the nodes before its last
+    // '#' (root included) feed one pattern more or less, and its tail (the tokens after that
+    // '#', or all of them) is counted for max_tail(). O(depth).
+    void count_pattern(uint32_t leaf, int delta) {
+        uint32_t tail = nodes_[leaf].is_tail() ? tails_[nodes_[leaf].star & INDEX] : 0;
+        uint32_t h = leaf;
+        for (; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++tail;
+        if (h != 0)
+            for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
+                uint32_t before = feeds_[a];
+                feeds_[a] = before + static_cast<uint32_t>(delta);
+                if ((before == 0) != (feeds_[a] == 0)) retag(a);
+                if (a == 0) break;
+            }
+        if (tail_counts_.size() <= tail) tail_counts_.resize(tail + 1, 0);
+        tail_counts_[tail] += static_cast<uint32_t>(delta);
+        if (tail > max_tail_ && tail_counts_[tail]) max_tail_ = tail;
+        while (max_tail_ > 0 && tail_counts_[max_tail_] == 0) --max_tail_;
     }
 
     void free_node(uint32_t i) {

@@ -65,7 +65,8 @@ def test_dfa_reuses_states_and_shares_the_default_transition() -> None:
     # Words no pattern names all take the one default transition (one target state).
     start = m._dfa.start.trans
     assert len({id(start[f"n{k}"]) for k in range(500)}) == 1
-    assert start[_RESULT] == frozenset() and start["a"] is not start["n1"]
+    assert _RESULT not in start  # never ended on: its result is computed on first use
+    assert m._dfa.start.result() == frozenset() and start["a"] is not start["n1"]
     assert m.state_count() < 10
 
 
@@ -145,8 +146,9 @@ def test_bulk_load_is_all_or_nothing() -> None:
 
 def test_dfa_cold_topic_builds_within_budget_then_warms_up() -> None:
     """A 128-word key against '#'-heavy patterns would need a new, large state per word:
-    one match builds at most BUILD_BUDGET nodes' worth and finishes on the trie walk (same
-    answer); matching the topic again extends the cached path until it is all DFA."""
+    one match builds its first missing state and at most BUILD_BUDGET nodes' worth more, then
+    finishes on the trie walk (same answer); matching the topic again extends the cached path
+    until it is all DFA."""
     patterns = adversarial_workload(300, 4, seed=3).patterns
     topics = adversarial_workload(300, 4, seed=3).messages
     m = DfaMatcher()
@@ -157,7 +159,7 @@ def test_dfa_cold_topic_builds_within_budget_then_warms_up() -> None:
     for topic in topics:
         states = m.state_count()
         assert set(m.match(topic)) == set(reference.match(topic))
-        assert m.state_count() - states <= BUILD_BUDGET
+        assert m.state_count() - states <= 1 + BUILD_BUDGET
     topic = topics[0]
     for _ in range(len(topic.split(".")) + 1):
         before = m.state_count()

@@ -172,6 +172,39 @@ def test_long_topics_with_many_hashes_match_the_rule(alphabet: list[str]) -> Non
         assert set(m.match(topic)) == expected
 
 
+def test_pruned_walk_follows_writes() -> None:
+    """While more words remain than any pattern has after its last '#', the walk carries
+    only nodes with a '#' below them that is not active yet (the tag and the tail counts
+    kept by every write; ``_check`` recounts both). Writes move the cut: the longest tail
+    comes and goes, and '#' patterns leave nodes that fed them. Against the rule each round."""
+    rng = random.Random(11)
+    tokens = ["a", "b", "c", "*", "#", "#"]
+    patterns = [".".join(rng.choice(tokens) for _ in range(rng.randint(1, 7))) for _ in range(200)]
+    patterns += ["#.a.b.c.a.b.c.a.b", "a.#.b.#", "#"]
+    parsed = {i: AMQP.parse_pattern(p) for i, p in enumerate(patterns)}
+    m = NativeMatcher()
+    m.subscribe_many(list(enumerate(patterns)))
+    live = dict(parsed)
+    for round_ in range(8):
+        m._check()
+        for _ in range(12):
+            words = [rng.choice("abc") for _ in range(rng.randint(1, 60))]
+            expected = {i for i, t in live.items() if pattern_matches(t, words)}
+            assert set(m.match(".".join(words))) == expected, (round_, words)
+        gone = rng.sample(sorted(live), 40)
+        if round_ == 3:
+            gone = sorted({*gone, len(patterns) - 3})  # the longest tail goes: the cut moves
+        for i in gone:
+            m.unsubscribe(i)
+            del live[i]
+        longest = len(patterns) - 3
+        back = [i for i in parsed if i not in live and i != longest and rng.random() < 0.5]
+        for i in back:
+            m.subscribe(i, patterns[i])
+            live[i] = parsed[i]
+    m._check()
+
+
 def test_readers_on_the_general_path_do_not_share_words() -> None:
     """Topics off the C fast path go through the dialect's (Python) splitter first, during
     which another thread may match: each reader must still walk its own words."""
