@@ -680,10 +680,8 @@ class Core {
         std::vector<uint32_t> feeds(nodes_.size(), 0), tails(tail_counts_.size(), 0);
         for (const IdSlot& slot : idslots_) {
             if (slot.node == EMPTY_SLOT) continue;
-            const Node& leaf = nodes_[slot.node];
-            uint32_t tail = leaf.is_tail() ? tails_[leaf.star & INDEX] : 0;
-            uint32_t h = slot.node;
-            for (; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++tail;
+            uint32_t tail;
+            uint32_t h = last_hash(slot.node, &tail);
             if (h != 0)
                 for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
                     ++feeds[a];
@@ -1184,13 +1182,22 @@ class Core {
         return i;
     }
 
+    // The last '#' node of the pattern ending at `leaf` (0: it has none), and in `*tail`
+    // the tokens after it (all of them without one). O(depth).
+    uint32_t last_hash(uint32_t leaf, uint32_t* tail) const {
+        uint32_t n = nodes_[leaf].is_tail() ? tails_[nodes_[leaf].star & INDEX] : 0;
+        uint32_t h = leaf;
+        for (; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++n;
+        *tail = n;
+        return h;
+    }
+
     // A pattern ending at `leaf` comes (delta +1) or goes (-1): the nodes before its last
     // '#' (root included) feed one pattern more or less, and its tail (the tokens after that
     // '#', or all of them) is counted for max_tail(). O(depth).
     void count_pattern(uint32_t leaf, int delta) {
-        uint32_t tail = nodes_[leaf].is_tail() ? tails_[nodes_[leaf].star & INDEX] : 0;
-        uint32_t h = leaf;
-        for (; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++tail;
+        uint32_t tail;
+        uint32_t h = last_hash(leaf, &tail);
         if (h != 0)
             for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
                 uint32_t before = feeds_[a];
