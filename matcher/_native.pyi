@@ -2,16 +2,28 @@
 
 from array import array
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from matcher.base import Matcher, MatchResult
+from matcher.base import Matcher
 from matcher.errors import MatcherError
 from matcher.grammar import Tokens
 from matcher.limits import Limits
 
+class Ids(AbstractSet[int]):
+    """Matched ids, distinct and ascending, in one C array; equal to a frozenset of them."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[int]: ...
+    def __contains__(self, sub_id: object, /) -> bool: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+NO_IDS: Ids
+
 class NativeMatcher(Matcher):
     def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None: ...
-    def match(self, topic: str) -> MatchResult: ...
+    def match(self, topic: str) -> Ids: ...
     def match_ids(
         self, topics: Iterable[str]
     ) -> tuple[array[int], array[int], dict[int, MatcherError]]:

@@ -26,8 +26,8 @@
 //
 // Thread safety is the caller's (matcher/_native.pyx): every method runs start to end
 // holding the GIL and calls no Python code, so no reader ever sees a half-applied write.
-// The only Python calls are Py_INCREF/Py_XDECREF of the cached per-node results (frozensets
-// of ints, whose deallocation runs no Python code).
+// The only Python calls are Py_INCREF/Py_XDECREF of the cached per-node results (Ids of
+// _native.pyx: no Python references, so their deallocation runs no Python code).
 #pragma once
 
 #include <Python.h>
@@ -233,7 +233,7 @@ struct WordSlot {
     uint32_t id_plus1;  // 0: free slot
 };
 
-// A result of one end node (frozenset of its ids), kept for the next match ending there
+// A result of one end node (the Ids of its ids), kept for the next match ending there
 // alone; dropped by a write to the node. Direct-mapped by node: bounded memory however
 // many nodes are matched over time (one frozenset per end node was unbounded).
 constexpr size_t CACHED_SLOTS = 1u << 16;
@@ -279,7 +279,7 @@ class Core {
     }
     uint32_t id_count(uint32_t i) const { return nodes_[i].nids; }
 
-    // The kept frozenset of node `i`'s ids (borrowed), or nullptr.
+    // The kept result (Ids) of node `i`'s ids (borrowed), or nullptr.
     PyObject* cached(uint32_t i) const {
         if (cached_.empty()) return nullptr;
         const CachedSlot& c = cached_[cached_bucket(i)];
@@ -295,7 +295,7 @@ class Core {
         Py_INCREF(result);
         c.result = result;
         c.node_plus1 = i + 1;
-        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
+        Py_XDECREF(old);  // an Ids: frees memory, runs no Python code
     }
 
     bool has(uint32_t id) const { return find_id(id) != nullptr; }
@@ -394,7 +394,7 @@ class Core {
         return hash_walk(words, n, level_sizes);
     }
 
-    // The kept frozenset for the sorted end nodes `nodes[:n]` (borrowed), or nullptr. Any
+    // The kept result (Ids) for the sorted end nodes `nodes[:n]` (borrowed), or nullptr. Any
     // write makes every kept result stale (the version moves on), so none is ever served
     // for a structure it was not built from.
     PyObject* combo_get(const uint32_t* nodes, uint32_t n) const {
@@ -417,7 +417,7 @@ class Core {
         c.version = version_;
         c.n = n;
         std::memcpy(c.nodes, nodes, n * sizeof(uint32_t));
-        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
+        Py_XDECREF(old);  // an Ids: frees memory, runs no Python code
     }
 
     // -- writes (the caller holds the write lock and has validated everything) -------------
@@ -632,12 +632,12 @@ class Core {
             uint32_t i = c.node_plus1 - 1;
             if (i >= nodes_.size() || cached_bucket(i) != k) return "cached slot of another node";
             if (!nodes_[i].live() || c.result == nullptr) return "cached result of a freed node";
-            if (static_cast<size_t>(PySet_GET_SIZE(c.result)) != nodes_[i].nids)
+            if (static_cast<size_t>(PyObject_Length(c.result)) != nodes_[i].nids)
                 return "stale cached result";
             for (uint32_t pos = 0; pos < nodes_[i].nids; ++pos) {
                 PyObject* id = PyLong_FromUnsignedLong(ids_of(i)[pos]);
                 if (id == nullptr) throw std::bad_alloc();
-                int has = PySet_Contains(c.result, id);
+                int has = PySequence_Contains(c.result, id);
                 Py_DECREF(id);
                 if (has != 1) return "cached result lacks an id";
             }
@@ -1351,7 +1351,7 @@ class Core {
         if (c.node_plus1 != i + 1) return;
         PyObject* old = c.result;
         c = CachedSlot();
-        Py_XDECREF(old);  // a frozenset of ints: frees memory, runs no Python code
+        Py_XDECREF(old);  // an Ids: frees memory, runs no Python code
     }
 
     // -- words -------------------------------------------------------------------------------

@@ -6,17 +6,20 @@ matching is covered by the shared property, conformance and concurrency tests.""
 from __future__ import annotations
 
 import importlib.machinery
+import pickle
 import random
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from functools import partial
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import matcher._native
 from matcher import Limits, MatcherError, create_matcher
-from matcher._native import NativeMatcher
+from matcher._native import Ids, NativeMatcher
 from matcher.grammar import AMQP, pattern_matches
 
 
@@ -338,6 +341,55 @@ def test_path_texts_are_rebuilt_exactly(dialect: str, patterns: list[str]) -> No
         del expected[i]
     m._check()
     assert dict(m.subscriptions()) == expected
+
+
+def test_results_are_ids_that_behave_as_a_frozenset() -> None:
+    """``match`` answers with ``Ids`` (a C array, not a frozenset of ints): it must still
+    be what the ``MatchResult`` protocol and every caller expect of a frozenset."""
+    m = NativeMatcher()
+    for sub_id, pattern in [(5, "a.b"), (3, "a.*"), (9, "#"), (2**32 - 1, "a.#")]:
+        m.subscribe(sub_id, pattern)
+    got = m.match("a.b")
+    want = frozenset({3, 5, 9, 2**32 - 1})
+    assert type(got) is Ids and isinstance(got, Set)
+    assert list(got) == sorted(want) and len(got) == 4 and bool(got)
+    assert got == want and want == got and got == set(want)
+    assert (got != want) is False and got != want - {9} and got != {3, 5, 9, 7} and got != [3]
+    assert hash(got) == hash(want) and {got: 1}.get(want) == 1  # type: ignore[call-overload]
+    assert all(i in got for i in want) and 4 not in got and -1 not in got
+    assert 2**32 not in got and "3" not in got and None not in got  # type: ignore[comparison-overlap]
+    assert got | {1} == want | {1} and {1} | got == want | {1}
+    assert got & {3, 4} == {3} and {3, 4} & got == {3}
+    assert got - {3} == want - {3} and {3, 4} - got == {4}
+    assert got ^ {3, 4} == want ^ {3, 4} and {3, 4} ^ got == want ^ {3, 4}
+    assert pickle.loads(pickle.dumps(got)) == want
+    assert repr(got) == f"Ids([3, 5, 9, {2**32 - 1}])"
+    it = iter(got)
+    assert next(it) == 3 and list(it) == [5, 9, 2**32 - 1] and list(it) == []
+    assert m.match("a.b") == got  # the kept result, or an equal one
+    assert m.match("x.y") == {9} and m.match("") == {9}
+    empty = NativeMatcher().match("a")
+    assert type(empty) is Ids and len(empty) == 0 and not empty and empty == frozenset()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 300),
+    span=st.sampled_from([300, 1_000, 16_384, 16_385, 40_000, 2**31]),
+    base=st.integers(0, 2**31 - 1),
+    seed=st.integers(0, 2**16),
+)
+def test_many_ids_come_out_sorted_and_distinct(size: int, span: int, base: int, seed: int) -> None:
+    """Results of many ids over several end nodes are sorted (a bitmap for ids within a
+    span of 16,384, a sort for the rest) with nothing lost or repeated."""
+    rng = random.Random(seed)
+    ids = {base + offset for offset in rng.sample(range(span), size)}
+    m = NativeMatcher()
+    for sub_id in ids:
+        m.subscribe(sub_id, rng.choice(["a.b", "a.*", "#", "a.#", "*.b", "*.#.b"]))
+    got = m.match("a.b")
+    assert list(got) == sorted(ids) and got == ids
+    m._check()
 
 
 def test_kept_results_are_bounded_and_follow_writes() -> None:
