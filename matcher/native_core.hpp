@@ -820,6 +820,7 @@ class Core {
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
     std::vector<uint32_t> level_, next_, active_, slot_of_, slot_word_, reached_, memo_touched_;
     std::vector<std::vector<uint32_t>> by_word_;  // per slot: children of active '#' nodes
+    static constexpr size_t SCRATCH = 256;  // first '#' walk: room per list up front (below)
     static constexpr size_t MEMO_SLOTS = 16;      // distinct topic words the memo table covers
     struct Memo;
     std::vector<Memo> memo_;
@@ -882,9 +883,13 @@ class Core {
             if (level.empty()) break;
         }
         level.insert(level.end(), ends.begin(), ends.end());  // tail leaves that matched
-        // The caller reads the end nodes that hold ids next: ask for them all at once.
+        // The caller reads the end nodes that hold ids next, and the result kept for one
+        // (cached_): ask for all those lines at once.
         for (uint32_t ref : level)
-            if (ref & HAS_IDS) __builtin_prefetch(&nodes_[ref & INDEX]);
+            if (ref & HAS_IDS) {
+                __builtin_prefetch(&nodes_[ref & INDEX]);
+                if (!cached_.empty()) __builtin_prefetch(&cached_[cached_bucket(ref & INDEX)]);
+            }
         return &level;
     }
 
@@ -955,7 +960,10 @@ class Core {
         }
         size_t index = prev * (MEMO_SLOTS + 1) + (slot == UINT32_MAX ? MEMO_SLOTS : slot);
         Memo& m = memo_[index];
-        if (m.done == 0 && m.out.empty()) memo_touched_.push_back(static_cast<uint32_t>(index));
+        if (m.done == 0 && m.out.empty()) {
+            memo_touched_.push_back(static_cast<uint32_t>(index));
+            m.out.reserve(SCRATCH);
+        }
         for (uint32_t j = m.done; j < len; ++j) {
             uint32_t ref = by_word_[prev][j];
             if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
@@ -1060,7 +1068,13 @@ class Core {
         if (by_word_.size() < k) by_word_.resize(k);
         for (size_t slot = 0; slot < k; ++slot) by_word_[slot].clear();
         reached_.assign(k, 0);
-        if (memo_.empty()) memo_.resize(MEMO_SLOTS * (MEMO_SLOTS + 1));
+        if (memo_.empty()) {
+            memo_.resize(MEMO_SLOTS * (MEMO_SLOTS + 1));
+            level_.reserve(4 * SCRATCH);
+            next_.reserve(4 * SCRATCH);
+            active_.reserve(SCRATCH);
+        }
+        for (size_t slot = 0; slot < k; ++slot) by_word_[slot].reserve(SCRATCH);
         reset_memos();
         // Pruning (exact, as matcher/trie.py's walk_from), while more words remain after a
         // step than max_tail(): a node with no '#' below it cannot reach an id any more, and
