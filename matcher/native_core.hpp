@@ -806,7 +806,9 @@ class Core {
     std::vector<CachedSlot> cached_;     // allocated on the first kept result
     std::vector<uint32_t> tails_;        // per tail leaf: its word count, then the words
     size_t tail_garbage_ = 0;            // entries of tails_ no leaf uses
-    std::vector<uint32_t> tail_ends_;    // walk scratch: tail leaves that matched
+    // Walk scratch: tail leaves reached, each with the position of the word after the one
+    // that reached it; their tails are compared at the end of the walk (see tails_matched).
+    std::vector<std::pair<uint32_t, uint32_t>> tail_ends_;
     std::vector<Edge> edges_;
     std::vector<IdSlot> idslots_;
     std::vector<WordEntry> words_;
@@ -853,8 +855,7 @@ class Core {
         // holds each node at most once.
         std::vector<uint32_t>& level = level_;
         std::vector<uint32_t>& next = next_;
-        std::vector<uint32_t>& ends = tail_ends_;
-        ends.clear();
+        tail_ends_.clear();
         level.clear();
         level.push_back(tags(0));
         for (size_t i = 0; i < n; ++i) {
@@ -869,7 +870,7 @@ class Core {
                 if ((ref & HAS_KIDS) && known) {
                     uint32_t c = child(ref & INDEX, w);
                     if (c & HAS_TAIL) {
-                        if (tail_matches(c, words + i + 1, n - i - 1)) ends.push_back(c);
+                        reach_tail(c, i + 1);
                     } else if (c & keep) {
                         next.push_back(c);
                     }
@@ -882,7 +883,7 @@ class Core {
             level.swap(next);
             if (level.empty()) break;
         }
-        level.insert(level.end(), ends.begin(), ends.end());  // tail leaves that matched
+        tails_matched(words, n, level);
         // The caller reads the end nodes that hold ids next, and the result kept for one
         // (cached_): ask for all those lines at once.
         for (uint32_t ref : level)
@@ -1123,7 +1124,7 @@ class Core {
                     if ((ref & HAS_KIDS) && known) {
                         uint32_t c = probe(edges, mask, ref & INDEX, w);
                         if (c & HAS_TAIL) {
-                            if (tail_matches(c, words + i + 1, n - i - 1)) tail_ends_.push_back(c);
+                            reach_tail(c, i + 1);
                         } else if (c & keep) {
                             *out++ = c;
                         }
@@ -1155,7 +1156,7 @@ class Core {
                 if (ref & HAS_IDS) level.push_back(ref);
             }
         level.insert(level.end(), active_.begin(), active_.end());
-        level.insert(level.end(), tail_ends_.begin(), tail_ends_.end());  // tail leaves that matched
+        tails_matched(words, n, level);
         return &level;
     }
 
@@ -1232,6 +1233,26 @@ class Core {
     }
 
     // -- tail leaves ---------------------------------------------------------------------------
+
+    // A walk reached tail leaf `ref` with `pos` words consumed. Comparing its tail there
+    // would put two dependent cache misses (the leaf, then its words) on the walk's path,
+    // for a node that leads nowhere else: the leaf's line is asked for now and the
+    // comparison waits for the end of the walk (tails_matched).
+    void reach_tail(uint32_t ref, uint32_t pos) {
+        __builtin_prefetch(&nodes_[ref & INDEX]);
+        tail_ends_.emplace_back(ref, pos);
+    }
+
+    // Append to `out` the tail leaves reached whose tail is the rest of the topic, after
+    // asking for all their tails' lines at once.
+    void tails_matched(const uint32_t* words, size_t n, std::vector<uint32_t>& out) const {
+        if (tail_ends_.empty()) return;
+        if (tail_ends_.size() > 1)
+            for (const auto& t : tail_ends_)
+                __builtin_prefetch(tails_.data() + (nodes_[t.first & INDEX].star & INDEX));
+        for (const auto& t : tail_ends_)
+            if (tail_matches(t.first, words + t.second, n - t.second)) out.push_back(t.first);
+    }
 
     // Whether the topic's words after the one that reached tail leaf `ref` are its tail:
     // then it is an end node. A tail leaf has no '#' above it, so it is reached only at
