@@ -71,6 +71,10 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         uint32_t size
         uint32_t kind
 
+    cdef cppclass Ends:
+        const uint32_t* data
+        size_t size
+
     cdef cppclass Core:
         Core() except +
         uint32_t size()
@@ -85,7 +89,7 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         const char* pattern_of(uint32_t, uint32_t*)
         uint32_t word_id(const char*, uint32_t)
         void split_words(const char*, size_t, char, vector[uint32_t]&) except +
-        const vector[uint32_t]* walk(const uint32_t*, size_t, vector[uint32_t]*) except +
+        Ends walk(const uint32_t*, size_t, vector[uint32_t]*) except +
         bint add(uint32_t, const Token*, size_t, const char*, size_t) except +
         bint remove(uint32_t) except +
         string check() except +
@@ -141,9 +145,10 @@ cdef extern from *:
                 for (uint32_t j = r.first; j < r.first + r.count; ++j)
                     words.push_back(core.word_id(word_data[j], static_cast<uint32_t>(word_size[j])));
             }
-            const std::vector<uint32_t>* ends = core.walk(words.data(), words.size(), nullptr);
+            topicstore::Ends ends = core.walk(words.data(), words.size(), nullptr);
             size_t start = ids.size();
-            for (uint32_t ref : *ends) {
+            for (size_t j = 0; j < ends.size; ++j) {
+                uint32_t ref = ends.data[j];
                 if (ref & topicstore::HAS_IDS) {
                     uint32_t node = ref & topicstore::INDEX;
                     const uint32_t* p = core.ids_of(node);
@@ -433,7 +438,7 @@ cdef class _Core:
     cdef inline void _leave(self) noexcept:
         self.guard.unlock()
 
-    cdef inline bint _is_plain_key(self, topic):
+    cdef inline bint _is_plain_key(self, topic) noexcept:
         """Whether ``topic`` is an ASCII AMQP key short enough that it cannot break the
         byte or word limits, without NUL: the splitter's own fast path, split in C."""
         if not (self.fast_amqp and type(topic) is str and PyUnicode_IS_ASCII(topic)):
@@ -576,7 +581,7 @@ cdef class _Core:
         words = None
         if not plain:
             words = self._split_words(topic, word_data, word_size)
-        cdef const vector[uint32_t]* ends
+        cdef Ends ends
         cdef uint32_t ref, node, last = 0, count
         cdef uint32_t[8] holding  # COMBO_NODES: the end nodes with ids, sorted
         cdef size_t holders = 0, total = 0, i, j, n
@@ -593,9 +598,9 @@ cdef class _Core:
                 for i in range(word_data.size()):
                     self.words.push_back(self.core.word_id(word_data[i], word_size[i]))
             ends = self.core.walk(self.words.data(), self.words.size(), NULL)
-            n = ends.size()
+            n = ends.size
             for i in range(n):
-                ref = ends[0][i]
+                ref = ends.data[i]
                 if ref & HAS_IDS:
                     node = ref & INDEX
                     if holders < COMBO_NODES:
@@ -621,7 +626,7 @@ cdef class _Core:
                     total += self.core.id_count(holding[i])
             else:
                 for i in range(n):
-                    ref = ends[0][i]
+                    ref = ends.data[i]
                     if ref & HAS_IDS:
                         total += self.core.id_count(ref & INDEX)
             # Built under the guard: an Ids holds no Python references, so making one
@@ -629,7 +634,7 @@ cdef class _Core:
             result = _new_ids(total)
             out = result.ids
             for i in range(n):
-                ref = ends[0][i]
+                ref = ends.data[i]
                 if ref & HAS_IDS:
                     node = ref & INDEX
                     count = self.core.id_count(node)
@@ -704,13 +709,13 @@ cdef class _Core:
         for word in words:
             data = PyUnicode_AsUTF8AndSize(word, &size)
             ids.push_back(self.core.word_id(data, size))
-        cdef const vector[uint32_t]* ends
+        cdef Ends ends
         cdef vector[uint32_t] nodes  # copied out before any Python object is built
         self._enter()
         try:
             ends = self.core.walk(ids.data(), ids.size(), &sizes if level_sizes is not None else NULL)
-            for i in range(<Py_ssize_t>ends.size()):
-                nodes.push_back(ends[0][i] & INDEX)
+            for i in range(<Py_ssize_t>ends.size):
+                nodes.push_back(ends.data[i] & INDEX)
         finally:
             self._leave()
         if level_sizes is not None:

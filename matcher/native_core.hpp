@@ -68,10 +68,20 @@ inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
-// Topic words are short: both helpers stay inline, byte loops below 8 bytes (a library
+// Topic words are short: these helpers stay inline, byte loops below 8 bytes (a library
 // memcpy/memcmp call per word showed up in profiles).
+inline uint64_t pack_short(const char* p, size_t n) {  // n < 8: the bytes, little-endian
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+    return v;
+}
+
+inline uint64_t hash_seed(size_t n) {
+    return 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(n) * 0xbf58476d1ce4e5b9ULL);
+}
+
 inline uint64_t hash_bytes(const char* p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(n) * 0xbf58476d1ce4e5b9ULL);
+    uint64_t h = hash_seed(n);
     while (n >= 8) {
         uint64_t v;
         std::memcpy(&v, p, 8);
@@ -80,9 +90,13 @@ inline uint64_t hash_bytes(const char* p, size_t n) {
         p += 8;
         n -= 8;
     }
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-    return mix64(h ^ v);
+    return mix64(h ^ pack_short(p, n));
+}
+
+// A word of fewer than 8 bytes as one number that equals another word's only if the words
+// are equal (its bytes, and its length + 1 in the top byte); 0 for longer words.
+inline uint64_t short_key(const char* p, size_t n) {
+    return n < 8 ? pack_short(p, n) | (static_cast<uint64_t>(n + 1) << 56) : 0;
 }
 
 inline bool same_bytes(const char* a, const char* b, size_t n) {
@@ -219,7 +233,10 @@ struct WordEntry {
 // A result of several end nodes, kept for the next walk that ends on the same nodes.
 constexpr uint32_t COMBO_NODES = 8;    // end nodes at most (with ids) in a kept result
 constexpr uint32_t COMBO_IDS = 32;     // ids at most in a kept result
-constexpr size_t COMBO_SLOTS = 2048;   // direct-mapped: a new result evicts the slot's old one
+// Two-way: a result goes to the first slot of its pair and the pair's previous first moves
+// to the second (direct-mapped, two colliding end sets evicted each other on every match:
+// ~10% of the throughput workload's matches rebuilt their result, callgrind).
+constexpr size_t COMBO_SLOTS = 4096;
 
 struct ComboSlot {
     uint64_t version = 0;  // the structure's version it was built against (0: empty)
@@ -228,9 +245,16 @@ struct ComboSlot {
     PyObject* result = nullptr;
 };
 
+// What a walk ends on: `size` tagged node references from `data` (the walk's scratch).
+struct Ends {
+    const uint32_t* data;
+    size_t size;
+};
+
 struct WordSlot {
     uint32_t hash32;
     uint32_t id_plus1;  // 0: free slot
+    uint64_t key;       // short_key of the word: a short word is found without reading its text
 };
 
 // A result of one end node (the Ids of its ids), kept for the next match ending there
@@ -251,7 +275,7 @@ class Core {
         feeds_.push_back(0);
         edges_.assign(16, Edge{0, 0, NO_NODE});
         idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
-        wordslots_.assign(16, WordSlot{0, 0});
+        wordslots_.assign(16, WordSlot{0, 0, 0});
     }
     Core(const Core&) = delete;
     Core& operator=(const Core&) = delete;
@@ -320,13 +344,23 @@ class Core {
     }
 
     uint32_t word_id(const char* p, uint32_t n) const {
-        uint64_t h = hash_bytes(p, n);
+        uint64_t h, key = 0;
+        if (n < 8) {
+            uint64_t v = pack_short(p, n);
+            h = mix64(hash_seed(n) ^ v);  // = hash_bytes(p, n)
+            key = v | (static_cast<uint64_t>(n + 1) << 56);  // = short_key(p, n)
+        } else {
+            h = hash_bytes(p, n);
+        }
         uint32_t h32 = static_cast<uint32_t>(h >> 32);
         size_t mask = wordslots_.size() - 1;
         for (size_t i = h32 & mask;; i = (i + 1) & mask) {
             const WordSlot& s = wordslots_[i];
             if (s.id_plus1 == 0) return UNKNOWN_WORD;
-            if (s.hash32 == h32) {
+            if (s.hash32 != h32) continue;
+            if (key != 0) {
+                if (s.key == key) return s.id_plus1 - 1;
+            } else if (s.key == 0) {
                 const std::string& w = words_[s.id_plus1 - 1].text;
                 if (w.size() == n && same_bytes(w.data(), p, n)) return s.id_plus1 - 1;
             }
@@ -334,17 +368,18 @@ class Core {
     }
 
     // `out` := the word ids of `data[:n]` split on `sep` (every separator splits, empty
-    // words included).
+    // words included). A byte loop, not memchr: topic words are short, and a call per word
+    // cost more than the scan (callgrind).
     void split_words(const char* data, size_t n, char sep, std::vector<uint32_t>& out) const {
         out.clear();
         const char* end = data + n;
         const char* start = data;
-        for (;;) {
-            const char* dot = static_cast<const char*>(std::memchr(start, sep, end - start));
-            const char* stop = dot ? dot : end;
-            out.push_back(word_id(start, static_cast<uint32_t>(stop - start)));
-            if (!dot) return;
-            start = dot + 1;
+        for (const char* q = data;; ++q) {
+            if (q == end || *q == sep) {
+                out.push_back(word_id(start, static_cast<uint32_t>(q - start)));
+                if (q == end) return;
+                start = q + 1;
+            }
         }
     }
 
@@ -385,11 +420,10 @@ class Core {
     }
 
     // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
-    // the walk of matcher/trie.py. The vector is scratch, valid until the next walk.
+    // the walk of matcher/trie.py. They are scratch, valid until the next walk.
     // `level_sizes`, when not null, receives the nodes live at each level (the bound the
     // tests check: at most node_count() each).
-    const std::vector<uint32_t>* walk(const uint32_t* words, size_t n,
-                                      std::vector<uint32_t>* level_sizes) {
+    Ends walk(const uint32_t* words, size_t n, std::vector<uint32_t>* level_sizes) {
         if (hash_count_ == 0 && level_sizes == nullptr) return plain_walk(words, n);
         return hash_walk(words, n, level_sizes);
     }
@@ -399,10 +433,19 @@ class Core {
     // for a structure it was not built from.
     PyObject* combo_get(const uint32_t* nodes, uint32_t n) const {
         if (combos_.empty()) return nullptr;
-        const ComboSlot& c = combos_[combo_bucket(nodes, n)];
-        if (c.version != version_ || c.n != n) return nullptr;
-        if (std::memcmp(c.nodes, nodes, n * sizeof(uint32_t)) != 0) return nullptr;
-        return c.result;
+        const ComboSlot* pair = &combos_[combo_bucket(nodes, n)];
+        for (int k = 0; k < 2; ++k) {
+            const ComboSlot& c = pair[k];
+            if (c.version == version_ && c.n == n && same_nodes(c.nodes, nodes, n)) return c.result;
+        }
+        return nullptr;
+    }
+
+    // A loop, not memcmp: at most COMBO_NODES entries (the library call cost more, callgrind).
+    static bool same_nodes(const uint32_t* a, const uint32_t* b, uint32_t n) {
+        for (uint32_t i = 0; i < n; ++i)
+            if (a[i] != b[i]) return false;
+        return true;
     }
 
     // Keep `result` (a new reference is taken) for `nodes[:n]` if no write happened since
@@ -410,9 +453,15 @@ class Core {
     void combo_put(const uint32_t* nodes, uint32_t n, uint64_t version, PyObject* result) {
         if (version != version_ || n > COMBO_NODES) return;
         if (combos_.empty()) combos_.resize(COMBO_SLOTS);
-        ComboSlot& c = combos_[combo_bucket(nodes, n)];
-        PyObject* old = c.result;
+        ComboSlot* pair = &combos_[combo_bucket(nodes, n)];
+        PyObject* old = pair[1].result;
+        if (pair[0].version == version_) {
+            pair[1] = pair[0];  // its reference moves along
+        } else {
+            old = pair[0].result;  // stale: dropped, the second slot stays
+        }
         Py_INCREF(result);
+        ComboSlot& c = pair[0];
         c.result = result;
         c.version = version_;
         c.n = n;
@@ -544,6 +593,7 @@ class Core {
         uint32_t live = 0, hashes = 0, ids = 0;
         size_t live_text_bytes = 0, pooled = 0, live_tail = 0;
         std::vector<uint32_t> tail_words(words_.size(), 0);
+        if (root_ref_ != tags(0)) return "root tag";
         for (uint32_t i = 0; i < nodes_.size(); ++i) {
             const Node& n = nodes_[i];
             if (!n.live()) {
@@ -816,6 +866,7 @@ class Core {
     std::vector<WordSlot> wordslots_;
     uint32_t node_count_ = 1, hash_count_ = 0, id_count_ = 0, edge_count_ = 0, word_count_ = 0;
     uint32_t epoch_ = 0;
+    uint32_t root_ref_ = 0;  // tags(0), kept by retag(0): where every walk starts
     uint64_t version_ = 1;
     int edge_shift_ = 60;  // 64 - log2(edges_.size())
     std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
@@ -841,7 +892,7 @@ class Core {
     static size_t combo_bucket(const uint32_t* nodes, uint32_t n) {
         uint64_t h = n;
         for (uint32_t i = 0; i < n; ++i) h = mix64(h ^ (static_cast<uint64_t>(nodes[i]) << 20));
-        return static_cast<size_t>(h & (COMBO_SLOTS - 1));
+        return static_cast<size_t>(h & (COMBO_SLOTS - 2));  // a pair's first slot
     }
     static size_t cached_bucket(uint32_t node) {
         return static_cast<size_t>((static_cast<uint64_t>(node) * 0x9E3779B97F4A7C15ULL) >> 48);
@@ -850,56 +901,78 @@ class Core {
         return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> 20);
     }
 
-    const std::vector<uint32_t>* plain_walk(const uint32_t* words, size_t n) {
+    Ends plain_walk(const uint32_t* words, size_t n) {
         // Without '#' there are no loops and every node has one parent edge, so a level
-        // holds each node at most once.
-        std::vector<uint32_t>& level = level_;
-        std::vector<uint32_t>& next = next_;
+        // holds each node at most once, and the next level at most two references per node
+        // (its literal child and its '*' child): room for that is made once per level and
+        // the loop writes through a pointer (no capacity check per push; the vectors only
+        // grow, their size() is room here, not the level's length).
         tail_ends_.clear();
-        level.clear();
-        level.push_back(tags(0));
+        std::vector<uint32_t>* bufs[2] = {&level_, &next_};  // this level's, the next one's
+        int at = 0;
+        uint32_t* level = room(level_, 1);
+        size_t count = 1;
+        level[0] = root_ref_;
+        const Edge* edges = edges_.data();
+        const size_t mask = edges_.size() - 1;
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
             // A node is worth carrying to the next level only if it has edges to follow
             // there, or, after the last word, ids.
             uint32_t keep = i + 1 < n ? HAS_EDGES : HAS_IDS;
-            next.clear();
-            prefetch_level(level, w);
+            uint32_t* next = room(*bufs[at ^ 1], 2 * count);
+            size_t m = 0;
             const bool known = w != UNKNOWN_WORD;
-            for (uint32_t ref : level) {
+            if (count > 1) prefetch_level(level, count, w);
+            for (size_t j = 0; j < count; ++j) {
+                uint32_t ref = level[j];
                 if ((ref & HAS_KIDS) && known) {
-                    uint32_t c = child(ref & INDEX, w);
+                    uint32_t c = probe(edges, mask, ref & INDEX, w);
                     if (c & HAS_TAIL) {
                         reach_tail(c, i + 1);
                     } else if (c & keep) {
-                        next.push_back(c);
+                        next[m++] = c;
                     }
                 }
                 if (ref & HAS_STAR) {
                     uint32_t c = nodes_[ref & INDEX].star;
-                    if (c & keep) next.push_back(c);
+                    if (c & keep) next[m++] = c;
                 }
             }
-            level.swap(next);
-            if (level.empty()) break;
+            at ^= 1;
+            level = next;
+            count = m;
+            if (count == 0) break;
         }
-        tails_matched(words, n, level);
+        if (!tail_ends_.empty()) {
+            level = room(*bufs[at], count + tail_ends_.size());  // keeps the level's entries
+            count = tails_matched(words, n, level, count);
+        }
         // The caller reads the end nodes that hold ids next, and the result kept for one
         // (cached_): ask for all those lines at once.
-        for (uint32_t ref : level)
+        for (size_t j = 0; j < count; ++j) {
+            uint32_t ref = level[j];
             if (ref & HAS_IDS) {
                 __builtin_prefetch(&nodes_[ref & INDEX]);
                 if (!cached_.empty()) __builtin_prefetch(&cached_[cached_bucket(ref & INDEX)]);
             }
-        return &level;
+        }
+        return Ends{level, count};
+    }
+
+    // `v`'s storage with room for at least `need` entries (it grows, never shrinks; its
+    // entries are kept).
+    static uint32_t* room(std::vector<uint32_t>& v, size_t need) {
+        if (v.size() < need) v.resize(std::max(need, 2 * v.size()));
+        return v.data();
     }
 
     // A level's probes are independent of each other: asking for all their cache lines
     // first overlaps the misses (the walk is bound by them on large tries, profiled).
-    void prefetch_level(const std::vector<uint32_t>& level, uint32_t w) const {
-        if (level.size() < 2) return;
+    void prefetch_level(const uint32_t* level, size_t count, uint32_t w) const {
         size_t mask = edges_.size() - 1;
-        for (uint32_t ref : level) {
+        for (size_t j = 0; j < count; ++j) {
+            uint32_t ref = level[j];
             if ((ref & HAS_KIDS) && w != UNKNOWN_WORD)
                 __builtin_prefetch(&edges_[edge_bucket(ref & INDEX, w) & mask]);
             if (ref & HAS_STAR) __builtin_prefetch(&nodes_[ref & INDEX]);
@@ -1046,8 +1119,7 @@ class Core {
         return true;
     }
 
-    const std::vector<uint32_t>* hash_walk(const uint32_t* words, size_t n,
-                                           std::vector<uint32_t>* level_sizes) {
+    Ends hash_walk(const uint32_t* words, size_t n, std::vector<uint32_t>* level_sizes) {
         if (++epoch_ == 0) {  // wrapped: forget every stamp
             for (Node& node : nodes_)
                 if (node.is_hash()) node.star = 0;  // the stamp (see Node)
@@ -1094,7 +1166,7 @@ class Core {
         std::vector<uint32_t>& level = level_;
         std::vector<uint32_t>& next = next_;
         level.clear();
-        level.push_back(tags(0));
+        level.push_back(root_ref_);
         uint32_t static_slot = UINT32_MAX, static_len = 0;
         reach(level[0]);
         if (level_sizes) level_sizes->push_back(static_cast<uint32_t>(level.size() + active_.size()));
@@ -1111,7 +1183,7 @@ class Core {
             // This level's static part: the list as it is now, before this level's reach()
             // adds the children of '#' nodes reached here (they match from the next word).
             uint32_t len = slot == UINT32_MAX ? 0 : static_cast<uint32_t>(by_word_[slot].size());
-            prefetch_level(level, w);
+            if (level.size() > 1) prefetch_level(level.data(), level.size(), w);
             // Each node yields two refs at most: write them unchecked.
             next.resize(2 * level.size());
             uint32_t* out = next.data();
@@ -1156,13 +1228,20 @@ class Core {
                 if (ref & HAS_IDS) level.push_back(ref);
             }
         level.insert(level.end(), active_.begin(), active_.end());
-        tails_matched(words, n, level);
-        return &level;
+        if (!tail_ends_.empty()) {
+            size_t count = level.size();
+            level.resize(count + tail_ends_.size());
+            level.resize(tails_matched(words, n, level.data(), count));
+        }
+        return Ends{level.data(), level.size()};
     }
 
     // Node `i`'s tags changed: rewrite the one reference to it (in its parent).
     void retag(uint32_t i) {
-        if (i == 0) return;
+        if (i == 0) {  // nobody's child: its reference is kept for the walks
+            root_ref_ = tags(0);
+            return;
+        }
         const Node& n = nodes_[i];
         uint32_t ref = i | tags(i);
         if (n.label == STAR) {
@@ -1243,15 +1322,16 @@ class Core {
         tail_ends_.emplace_back(ref, pos);
     }
 
-    // Append to `out` the tail leaves reached whose tail is the rest of the topic, after
-    // asking for all their tails' lines at once.
-    void tails_matched(const uint32_t* words, size_t n, std::vector<uint32_t>& out) const {
-        if (tail_ends_.empty()) return;
+    // Write after `out[:count]` the tail leaves reached whose tail is the rest of the topic
+    // (the caller made room for all of them), after asking for all their tails' lines at
+    // once; returns the new count.
+    size_t tails_matched(const uint32_t* words, size_t n, uint32_t* out, size_t count) const {
         if (tail_ends_.size() > 1)
             for (const auto& t : tail_ends_)
                 __builtin_prefetch(tails_.data() + (nodes_[t.first & INDEX].star & INDEX));
         for (const auto& t : tail_ends_)
-            if (tail_matches(t.first, words + t.second, n - t.second)) out.push_back(t.first);
+            if (tail_matches(t.first, words + t.second, n - t.second)) out[count++] = t.first;
+        return count;
     }
 
     // Whether the topic's words after the one that reached tail leaf `ref` are its tail:
@@ -1416,13 +1496,14 @@ class Core {
         size_t mask = wordslots_.size() - 1;
         size_t i = h32 & mask;
         while (wordslots_[i].id_plus1 != 0) i = (i + 1) & mask;
-        wordslots_[i] = WordSlot{h32, w + 1};
+        const std::string& text = words_[w].text;
+        wordslots_[i] = WordSlot{h32, w + 1, short_key(text.data(), text.size())};
     }
 
     void grow_words() {
         std::vector<WordSlot> old;
         old.swap(wordslots_);
-        wordslots_.assign(old.size() * 2, WordSlot{0, 0});
+        wordslots_.assign(old.size() * 2, WordSlot{0, 0, 0});
         for (const WordSlot& s : old)
             if (s.id_plus1 != 0) place_word(s.id_plus1 - 1);
     }
@@ -1440,7 +1521,7 @@ class Core {
                 i = j;
             }
         }
-        wordslots_[i] = WordSlot{0, 0};
+        wordslots_[i] = WordSlot{0, 0, 0};
         std::string().swap(words_[w].text);
         free_words_.push_back(w);
         --word_count_;
