@@ -413,6 +413,27 @@ def test_kept_results_are_bounded_and_follow_writes() -> None:
     m._check()
 
 
+def test_kept_results_of_several_end_nodes_stay_exact_when_evicted() -> None:
+    """Results of several end nodes are kept in a two-way table of 4,096 slots: with 10,000
+    distinct end sets matched in turns (pairs that share a slot evict each other, the
+    older moves aside), every match stays exact, and a write drops them all."""
+    m = NativeMatcher()
+    count = 10_000
+    star, extra = count, count + 1
+    m.subscribe(star, "*")
+    for i in range(count):
+        m.subscribe(i, f"k{i}")
+    order = list(range(count)) + list(range(0, count, 2)) + list(range(count - 1, -1, -3))
+    for i in order:
+        assert m.match(f"k{i}") == {i, star}
+    m.subscribe(extra, "*")
+    for i in order:
+        assert m.match(f"k{i}") == {i, star, extra}
+    assert m.unsubscribe(star) and m.unsubscribe(3)
+    assert m.match("k3") == {extra} and m.match("k4") == {4, extra}
+    m._check()
+
+
 def test_tail_leaves_unfold_prune_and_compact() -> None:
     """Chains of literal words that end a pattern are one tail leaf: patterns through,
     beside, above or below a chain unfold it into nodes, removals free tails (the tail
