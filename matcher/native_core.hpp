@@ -245,6 +245,29 @@ struct ComboSlot {
     PyObject* result = nullptr;
 };
 
+// An allocator whose resize() leaves new entries uninitialized: the walks' scratch lists
+// are grown to room for a level and then written (zero-filling them first showed up in
+// profiles of the '#' walk).
+template <class T>
+struct NoInit : std::allocator<T> {
+    template <class U>
+    struct rebind {
+        using other = NoInit<U>;
+    };
+    NoInit() = default;
+    template <class U>
+    NoInit(const NoInit<U>&) noexcept {}
+    template <class U>
+    void construct(U* p) noexcept {
+        ::new (static_cast<void*>(p)) U;
+    }
+    template <class U, class... A>
+    void construct(U* p, A&&... a) {
+        ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+    }
+};
+using Scratch = std::vector<uint32_t, NoInit<uint32_t>>;
+
 // What a walk ends on: `size` tagged node references from `data` (the walk's scratch).
 struct Ends {
     const uint32_t* data;
@@ -390,7 +413,7 @@ class Core {
     // One step of the walk from ``ref`` over word ``w``: its literal child and its '*'
     // child, kept when they have what the rest of the walk needs (``keep``'s flags). Only
     // for nodes below a '#' (static_step): those never lead to a tail leaf.
-    inline void step(uint32_t ref, uint32_t w, uint32_t keep, std::vector<uint32_t>& next) const {
+    inline void step(uint32_t ref, uint32_t w, uint32_t keep, Scratch& next) const {
         if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
             uint32_t c = child(ref & INDEX, w);
             if (c & keep) next.push_back(c);
@@ -871,7 +894,8 @@ class Core {
     int edge_shift_ = 60;  // 64 - log2(edges_.size())
     std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
-    std::vector<uint32_t> level_, next_, active_, slot_of_, slot_word_, reached_, memo_touched_;
+    Scratch level_, next_;
+    std::vector<uint32_t> active_, slot_of_, slot_word_, reached_, memo_touched_;
     std::vector<std::vector<uint32_t>> by_word_;  // per slot: children of active '#' nodes
     static constexpr size_t SCRATCH = 256;  // first '#' walk: room per list up front (below)
     static constexpr size_t MEMO_SLOTS = 16;      // distinct topic words the memo table covers
@@ -908,7 +932,7 @@ class Core {
         // the loop writes through a pointer (no capacity check per push; the vectors only
         // grow, their size() is room here, not the level's length).
         tail_ends_.clear();
-        std::vector<uint32_t>* bufs[2] = {&level_, &next_};  // this level's, the next one's
+        Scratch* bufs[2] = {&level_, &next_};  // this level's, the next one's
         int at = 0;
         uint32_t* level = room(level_, 1);
         size_t count = 1;
@@ -962,7 +986,7 @@ class Core {
 
     // `v`'s storage with room for at least `need` entries (it grows, never shrinks; its
     // entries are kept).
-    static uint32_t* room(std::vector<uint32_t>& v, size_t need) {
+    static uint32_t* room(Scratch& v, size_t need) {
         if (v.size() < need) v.resize(std::max(need, 2 * v.size()));
         return v.data();
     }
@@ -994,9 +1018,14 @@ class Core {
         active_.push_back(href);
         if (!(href & HAS_KIDS)) return;
         uint32_t h = href & INDEX;
-        for (uint32_t slot = 0; slot < slot_word_.size(); ++slot) {
-            uint32_t c = child(h, slot_word_[slot]);
-            if (c != NO_NODE) by_word_[slot].push_back(c);
+        const uint32_t* slot_word = slot_word_.data();
+        const size_t k = slot_word_.size();
+        const Edge* edges = edges_.data();
+        const size_t mask = edges_.size() - 1;
+        std::vector<uint32_t>* lists = by_word_.data();
+        for (size_t slot = 0; slot < k; ++slot) {
+            uint32_t c = probe(edges, mask, h, slot_word[slot]);
+            if (c != NO_NODE) lists[slot].push_back(c);
         }
     }
 
@@ -1022,7 +1051,7 @@ class Core {
     // `prove`: before the cut, drop from the kept contribution for good what no longer
     // matters (nodes without HAS_FEEDS, spent ones; see hash_walk).
     void static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32_t w, uint32_t keep,
-                     bool prove, std::vector<uint32_t>& next) {
+                     bool prove, Scratch& next) {
         const size_t k = slot_word_.size();
         if (k >= MEMO_SLOTS) {  // too many distinct words for the table: step directly
             size_t from = next.size();
@@ -1163,8 +1192,8 @@ class Core {
         tail_ends_.clear();
         // A level: `level` (nodes reached through literal and '*' edges) plus its static
         // part, by_word_[static_slot][:static_len] (children of active '#' nodes).
-        std::vector<uint32_t>& level = level_;
-        std::vector<uint32_t>& next = next_;
+        Scratch& level = level_;
+        Scratch& next = next_;
         level.clear();
         level.push_back(root_ref_);
         uint32_t static_slot = UINT32_MAX, static_len = 0;
