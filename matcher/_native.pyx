@@ -424,6 +424,7 @@ cdef class _Core:
 
     def __cinit__(self, *args, **kwargs):
         self.core = new Core()
+        self.words.reserve(256)  # an AMQP key's most words: a first match does not regrow it
 
     def __dealloc__(self):
         del self.core
