@@ -94,9 +94,14 @@ inline uint64_t hash_bytes(const char* p, size_t n) {
 }
 
 // A word of fewer than 8 bytes as one number that equals another word's only if the words
-// are equal (its bytes, and its length + 1 in the top byte); 0 for longer words.
+// are equal: its packed bytes, and its length + 1 in the top byte (never 0).
+inline uint64_t short_key_of(uint64_t packed, size_t n) {
+    return packed | (static_cast<uint64_t>(n + 1) << 56);
+}
+
+// short_key_of the word, or 0 when it has 8 bytes or more.
 inline uint64_t short_key(const char* p, size_t n) {
-    return n < 8 ? pack_short(p, n) | (static_cast<uint64_t>(n + 1) << 56) : 0;
+    return n < 8 ? short_key_of(pack_short(p, n), n) : 0;
 }
 
 inline bool same_bytes(const char* a, const char* b, size_t n) {
@@ -371,7 +376,7 @@ class Core {
         if (n < 8) {
             uint64_t v = pack_short(p, n);
             h = mix64(hash_seed(n) ^ v);  // = hash_bytes(p, n)
-            key = v | (static_cast<uint64_t>(n + 1) << 56);  // = short_key(p, n)
+            key = short_key_of(v, n);
         } else {
             h = hash_bytes(p, n);
         }
@@ -391,8 +396,8 @@ class Core {
     }
 
     // `out` := the word ids of `data[:n]` split on `sep` (every separator splits, empty
-    // words included). A byte loop, not memchr: topic words are short, and a call per word
-    // cost more than the scan (callgrind).
+    // words included). A byte loop, not memchr: topic words are a few bytes, not worth a
+    // library call each.
     void split_words(const char* data, size_t n, char sep, std::vector<uint32_t>& out) const {
         out.clear();
         const char* end = data + n;
