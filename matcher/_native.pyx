@@ -115,6 +115,42 @@ cdef extern from *:
 cdef extern from *:
     """
     #include <algorithm>
+    #include <cstdint>
+    // Sort ids[:n] and drop repeats; returns how many are left. Ids within a span of
+    // SPAN_BITS (the usual many-id result: ids are allocated densely) go through a bitmap
+    // on the stack, O(n + span / 64); others through std::sort.
+    static size_t topicstore_sort_ids(uint32_t* ids, size_t n) {
+        constexpr uint32_t SPAN_BITS = 1u << 14;
+        if (n < 2) return n;
+        if (n >= 32) {
+            uint32_t lo = ids[0], hi = ids[0];
+            for (size_t i = 1; i < n; ++i) {
+                lo = std::min(lo, ids[i]);
+                hi = std::max(hi, ids[i]);
+            }
+            if (hi - lo < SPAN_BITS) {
+                uint64_t bits[SPAN_BITS / 64] = {};
+                for (size_t i = 0; i < n; ++i) {
+                    uint32_t d = ids[i] - lo;
+                    bits[d >> 6] |= uint64_t{1} << (d & 63);
+                }
+                size_t out = 0;
+                for (uint32_t w = 0; w <= (hi - lo) >> 6; ++w)
+                    for (uint64_t b = bits[w]; b; b &= b - 1)
+                        ids[out++] = lo + (w << 6) + static_cast<uint32_t>(__builtin_ctzll(b));
+                return out;
+            }
+        }
+        std::sort(ids, ids + n);
+        return static_cast<size_t>(std::unique(ids, ids + n) - ids);
+    }
+    """
+    size_t topicstore_sort_ids(uint32_t*, size_t) nogil
+
+
+cdef extern from *:
+    """
+    #include <algorithm>
     // A topic of a batch, ready for a walk without the GIL: an ASCII AMQP key to split
     // here (kind 0), words the dialect's splitter made (kind 1: `count` UTF-8 words from
     // `first` in the word arrays), or a topic refused before (kind 2: no ids).
@@ -155,10 +191,7 @@ cdef extern from *:
                     ids.insert(ids.end(), p, p + core.id_count(node));
                 }
             }
-            if (ids.size() - start > 1) {
-                std::sort(ids.begin() + start, ids.end());
-                ids.erase(std::unique(ids.begin() + start, ids.end()), ids.end());
-            }
+            ids.resize(start + topicstore_sort_ids(ids.data() + start, ids.size() - start));
             counts.push_back(static_cast<uint32_t>(ids.size() - start));
         }
     }
@@ -323,41 +356,6 @@ cdef Ids _new_ids(size_t n):
     out.n = n
     return out
 
-
-cdef extern from *:
-    """
-    #include <algorithm>
-    #include <cstdint>
-    // Sort ids[:n] and drop repeats; returns how many are left. Ids within a span of
-    // SPAN_BITS (the usual many-id result: ids are allocated densely) go through a bitmap
-    // on the stack, O(n + span / 64); others through std::sort.
-    static size_t topicstore_sort_ids(uint32_t* ids, size_t n) {
-        constexpr uint32_t SPAN_BITS = 1u << 14;
-        if (n < 2) return n;
-        if (n >= 32) {
-            uint32_t lo = ids[0], hi = ids[0];
-            for (size_t i = 1; i < n; ++i) {
-                lo = std::min(lo, ids[i]);
-                hi = std::max(hi, ids[i]);
-            }
-            if (hi - lo < SPAN_BITS) {
-                uint64_t bits[SPAN_BITS / 64] = {};
-                for (size_t i = 0; i < n; ++i) {
-                    uint32_t d = ids[i] - lo;
-                    bits[d >> 6] |= uint64_t{1} << (d & 63);
-                }
-                size_t out = 0;
-                for (uint32_t w = 0; w <= (hi - lo) >> 6; ++w)
-                    for (uint64_t b = bits[w]; b; b &= b - 1)
-                        ids[out++] = lo + (w << 6) + static_cast<uint32_t>(__builtin_ctzll(b));
-                return out;
-            }
-        }
-        std::sort(ids, ids + n);
-        return static_cast<size_t>(std::unique(ids, ids + n) - ids);
-    }
-    """
-    size_t topicstore_sort_ids(uint32_t*, size_t) nogil
 
 
 cdef inline void _seal(Ids out) noexcept:

@@ -381,7 +381,8 @@ def test_results_are_ids_that_behave_as_a_frozenset() -> None:
 )
 def test_many_ids_come_out_sorted_and_distinct(size: int, span: int, base: int, seed: int) -> None:
     """Results of many ids over several end nodes are sorted (a bitmap for ids within a
-    span of 16,384, a sort for the rest) with nothing lost or repeated."""
+    span of 16,384, a sort for the rest) with nothing lost or repeated, by ``match`` and
+    ``match_ids`` alike."""
     rng = random.Random(seed)
     ids = {base + offset for offset in rng.sample(range(span), size)}
     m = NativeMatcher()
@@ -389,6 +390,8 @@ def test_many_ids_come_out_sorted_and_distinct(size: int, span: int, base: int, 
         m.subscribe(sub_id, rng.choice(["a.b", "a.*", "#", "a.#", "*.b", "*.#.b"]))
     got = m.match("a.b")
     assert list(got) == sorted(ids) and got == ids
+    counts, batch_ids, errors = m.match_ids(["a.b"])  # the same sort, without the GIL
+    assert list(counts) == [len(ids)] and list(batch_ids) == sorted(ids) and not errors
     m._check()
 
 
