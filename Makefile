@@ -8,8 +8,9 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: setup tools run test lint typecheck pytest bench clean
 
-# setup.py and the native sources too: `pip install -e` compiles the native matcher.
-$(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp
+# setup.py and the compiled sources too: `pip install -e` compiles them.
+$(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp \
+		loader/_answers.pyx loader/answers_json.hpp
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

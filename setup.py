@@ -1,4 +1,5 @@
-"""Builds the compiled ``native`` matching engine; everything else is in pyproject.toml."""
+"""Builds the compiled parts: the ``native`` matching engine and the batch answer's JSON
+encoder; everything else is in pyproject.toml."""
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -12,4 +13,13 @@ NATIVE = Extension(
     extra_compile_args=["-O3", "-std=c++17"],
 )
 
-setup(ext_modules=cythonize([NATIVE], language_level=3))
+ANSWERS = Extension(
+    "loader._answers",
+    sources=["loader/_answers.pyx"],
+    depends=["loader/answers_json.hpp"],
+    include_dirs=["loader"],
+    language="c++",
+    extra_compile_args=["-O3", "-std=c++17"],
+)
+
+setup(ext_modules=cythonize([NATIVE, ANSWERS], language_level=3))

@@ -71,6 +71,11 @@ async def request_match_caller(request: HTTPConnection, services: Services) -> C
     return await match_caller(services, await _bearer_scheme(request))
 
 
+async def request_batch_caller(request: HTTPConnection, services: Services) -> Caller:
+    """``batch_caller`` for a request ``app.fastpath`` answers (see above)."""
+    return await batch_caller(services, await _bearer_scheme(request))
+
+
 async def optional_caller(services: ServicesDep, credentials: Credentials) -> Caller | None:
     """None without a token (a probe, a scraper); the caller for a known token; 401 for
     an unknown one (a mistyped scraper token must not pass silently as anonymous)."""

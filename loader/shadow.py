@@ -37,6 +37,16 @@ class ShadowCheck:
         self.seen += 1
         return self.seen % self.every == 0
 
+    def due_among(self, n: int) -> range:
+        """The positions (from 0) of the next ``n`` matches that are in the sample: ``due``
+        for each of them, in O(1) (a batch of 1,000 topics called ``due`` 1,000 times)."""
+        if not self.every:
+            return range(0)
+        first = self.seen
+        self.seen += n
+        # Match k of the n is the (first + k + 1)th: due when that is a multiple of every.
+        return range(-(first + 1) % self.every, n, self.every)
+
     def record(self, wrong: list[str], topic: str, where: str) -> None:
         """Count one completed check; ``wrong`` names the engines that disagreed."""
         self.checks += 1

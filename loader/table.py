@@ -18,8 +18,10 @@ from functools import partial
 from typing import Any, Final
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
+from loader._answers import encode_answers
 from loader.catalog import Catalog, Entry, Names, numpy_view
 from loader.groups import Delivery, GroupIndex
 from loader.shadow import ShadowCheck
@@ -137,13 +139,25 @@ class RoutingTable:
         return answer
 
     def match_many(self, tenant: str, dialect: str, topics: Iterable[str]) -> list[dict[str, Any]]:
+        """``match_many_json``'s answers decoded: one dict per topic (tests and tools; the
+        API sends the JSON as it is)."""
+        encoded, _ = self.match_many_json(tenant, dialect, topics)
+        answers: list[dict[str, Any]] = orjson.loads(b"[" + encoded + b"]")
+        return answers
+
+    def match_many_json(
+        self, tenant: str, dialect: str, topics: Iterable[str]
+    ) -> tuple[bytes, int]:
         """``match`` for each topic, as the batch API answers it for a tenant without
-        shared subscriptions: per topic either ``{"subscriptions": sorted ids,
-        "subscribers": sorted names, "groups": []}`` or
-        ``{"error": {"code", "message"}}`` for an invalid topic. One matcher look-up per
-        batch, names straight from the per-id list (O(matches) per topic). On ``native``
-        the walks are one ``match_ids`` call, without the GIL (another thread's Python
-        runs meanwhile) and without a Python object per id until the answer is built."""
+        shared subscriptions, as JSON: the items of the answer's ``results`` array
+        (comma-separated, no brackets, so slices join with a comma), and how many matches
+        they hold. Per topic either ``{"subscriptions": sorted ids, "subscribers": sorted
+        distinct names, "groups": []}`` or ``{"error": {"code", "message"}}`` for an invalid
+        topic. One matcher look-up per batch. On ``native`` the walks are one ``match_ids``
+        call, without the GIL (another thread's Python runs meanwhile), and the JSON is
+        written from its arrays in C (``loader._answers``: no Python object per topic or
+        id); other engines build each answer's dict and encode them with orjson: the same
+        bytes (``tests/loader`` holds the two to that)."""
         matchers = self._topic.get((tenant, dialect))
         shadow = self.shadow
         sampling = (
@@ -161,7 +175,8 @@ class RoutingTable:
                 self._shadow_batch(
                     matchers, sampling, (tenant, dialect), topics, found, seq, writing
                 )
-            return self._answers(found)
+            counts, ids, errors = found
+            return encode_answers(counts, ids, errors, self._by_id, self._far)
         match: Callable[[str], MatchResult]
         if primary is None or sampling is not None:
             # Rare: no subscriptions (``match`` still validates), or the shadow check samples.
@@ -172,14 +187,16 @@ class RoutingTable:
         far = self._far
         out: list[dict[str, Any]] = []
         append = out.append
+        matched = 0
         for topic in topics:
             try:
-                ids = match(topic)
+                result = match(topic)
             except MatcherError as e:
                 append({"error": {"code": e.code, "message": e.message}})
                 continue
-            append(self._answer(sorted(ids), by_id, far))
-        return out
+            matched += len(result)
+            append(self._answer(sorted(result), by_id, far))
+        return orjson.dumps(out)[1:-1], matched
 
     def _shadow_batch(
         self,
@@ -197,51 +214,15 @@ class RoutingTable:
         batch, so a batch that raced a write records nothing)."""
         counts, ids, errors = found
         due: list[tuple[str, set[int]]] = []
-        at = 0
-        for k, count in enumerate(counts):
-            if shadow.due() and k not in errors:
-                due.append((topics[k], set(ids[at : at + count])))
-            at += count
+        for k in shadow.due_among(len(counts)):
+            if k not in errors:
+                at = sum(counts[:k])
+                due.append((topics[k], set(ids[at : at + counts[k]])))
         others = {name: m for name, m in matchers.items() if name != self._primary}
         for topic, answer in due:
             wrong = [name for name, m in others.items() if set(m.match(topic)) != answer]
             if not writing and not self._apply_lock.locked() and self._catalog.seq == seq:
                 shadow.record(wrong, topic, f"tenant {key[0]!r}, {key[1]}")
-
-    def _answers(
-        self, found: tuple[array[int], array[int], dict[int, MatcherError]]
-    ) -> list[dict[str, Any]]:
-        """``match_many``'s answers from ``NativeMatcher.match_ids``' arrays."""
-        counts, ids, errors = found
-        flat = ids.tolist()
-        by_id = self._by_id
-        far = self._far
-        answer = self._answer
-        size = len(by_id)
-        out: list[dict[str, Any]] = []
-        append = out.append
-        at = 0
-        for k, count in enumerate(counts):
-            if count == 1:  # the common case, inline (``_answer``'s single-id branch)
-                only = flat[at]
-                at += 1
-                name = (by_id[only] if only < size else None) or far.get(only)
-                append(
-                    {
-                        "subscriptions": [only],
-                        "subscribers": [] if name is None else [name],
-                        "groups": [],
-                    }
-                )
-                continue
-            if count == 0:
-                error = errors.get(k)
-                if error is not None:
-                    append({"error": {"code": error.code, "message": error.message}})
-                    continue
-            append(answer(flat[at : at + count], by_id, far))
-            at += count
-        return out
 
     @classmethod
     def _answer(

@@ -113,8 +113,14 @@ async def match_batch(body: BatchIn, caller: BatchCaller, services: ServicesDep)
     matches (nothing is dropped). Each topic counts against the tenant's batch-topic rate.
     At most ``max_batch`` topics (10,000) and ``max_batch_matches`` matches in the answer
     (1,000,000): past either, 413. Runs off the event loop in slices of ``BATCH_SLICE``
-    topics, so other requests are served meanwhile; each slice (and the encoding) waits for
-    a place in ``services.fair``, granted to the waiting tenants in turns."""
+    topics, so other requests are served meanwhile; each slice waits for a place in
+    ``services.fair``, granted to the waiting tenants in turns."""
+    return await batch_answer(services, caller, body)
+
+
+async def batch_answer(services: Services, caller: Caller, body: BatchIn) -> Response:
+    """``POST /v1/match/batch`` once the caller is authenticated and the body is valid:
+    the one implementation behind the route above and ``app.fastpath``."""
     max_batch = services.settings.max_batch
     if len(body.topics) > max_batch:
         raise BatchTooLargeError(f"a batch holds at most {max_batch} topics")
@@ -129,13 +135,13 @@ async def match_batch(body: BatchIn, caller: BatchCaller, services: ServicesDep)
     tenant = caller.tenant_for(body.tenant)
     topics = body.topics
     most = services.settings.max_batch_matches
-    results: list[dict[str, Any]] = []
+    parts: list[bytes] = []
     matched = 0
     fair = services.fair
     for start in range(0, len(topics), BATCH_SLICE):
         end = start + BATCH_SLICE
         async with fair.slot(tenant):
-            part = await run_in_threadpool(
+            part, count = await run_in_threadpool(
                 _batch_slice,
                 table,
                 tenant,
@@ -143,16 +149,14 @@ async def match_batch(body: BatchIn, caller: BatchCaller, services: ServicesDep)
                 topics[start:end],
                 None if keys is None else keys[start:end],
             )
-        matched += sum(len(result.get("subscriptions", ())) for result in part)
+        matched += count
         if matched > most:
             raise BatchAnswerTooLargeError(
                 f"the answer would hold more than {most:,} matches "
                 f"(max_batch_matches); send fewer topics per batch"
             )
-        results.extend(part)
-    async with fair.slot(tenant):
-        encoded = await run_in_threadpool(orjson.dumps, {"results": results})
-    return Response(encoded, media_type="application/json")
+        parts.append(part)
+    return Response(b'{"results":[' + b",".join(parts) + b"]}", media_type="application/json")
 
 
 def _batch_slice(
@@ -161,21 +165,29 @@ def _batch_slice(
     dialect: str,
     topics: Sequence[str],
     keys: Sequence[str] | None,
-) -> list[dict[str, Any]]:
-    """One slice of a batch (in a worker thread): ``match_many`` for a tenant without
-    shared subscriptions (no per-id work), else a delivery per topic."""
+) -> tuple[bytes, int]:
+    """One slice of a batch, in a worker thread: its answers as JSON (the items of the
+    ``results`` array, without brackets; the route joins the slices with commas) and how
+    many matches they hold. Matching and encoding in one hop: each hop is a GIL hand-off
+    with the event loop, and under concurrent batches a second hop (encoding apart) cost a
+    quarter of the rate. ``match_many_json`` for a tenant without shared subscriptions (no
+    per-id Python work), else a delivery per topic."""
     if not table.groups.has_groups(tenant):
-        return table.match_many(tenant, dialect, topics)
-    match = table.match
+        return table.match_many_json(tenant, dialect, topics)
     results: list[dict[str, Any]] = []
+    match = table.match
     append = results.append
+    matched = 0
     for i, topic in enumerate(topics):
         try:
             ids = match(tenant, dialect, topic)
-            append(delivery(table, tenant, ids, topic if keys is None else keys[i]))
+            answer = delivery(table, tenant, ids, topic if keys is None else keys[i])
         except MatcherError as e:
             append({"error": {"code": e.code, "message": e.message}})
-    return results
+        else:
+            matched += len(answer["subscriptions"])
+            append(answer)
+    return orjson.dumps(results)[1:-1], matched
 
 
 @router.post("/match/headers", response_model=MatchOut, responses=documented(413))

@@ -1,10 +1,10 @@
-"""The ``POST /v1/match`` fast path (``app.fastpath``) held to the FastAPI route it stands in
-for: two apps built alike, one with the fast path and one without (the reference), get the
-same requests, good and bad (bodies, content types, tokens, tenants, topics, request ids,
-rate limits, body limits), and must give byte-identical answers: status, every header (the
-request id is sent, so it is fixed), the envelope; and count them alike in ``/metrics``
-(the route label ``/v1/match``). A spy on the scope shows which requests the fast path
-answered itself, so the comparison is not the route against itself."""
+"""The fast path of ``POST /v1/match`` and ``POST /v1/match/batch`` (``app.fastpath``) held
+to the FastAPI routes it stands in for: two apps built alike, one with the fast path and one
+without (the reference), get the same requests, good and bad (bodies, content types, tokens,
+tenants, topics, request ids, rate limits, body limits), and must give byte-identical
+answers: status, every header (the request id is sent, so it is fixed), the envelope; and
+count them alike in ``/metrics`` (the route labels). A spy on the scope shows which requests
+the fast path answered itself, so the comparison is not the route against itself."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class Spy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
-        if scope["type"] == "http" and scope["path"] == "/v1/match":
+        if scope["type"] == "http" and scope["path"] in ("/v1/match", "/v1/match/batch"):
             self.routed.append(ROUTE_MARK in scope)
 
 
@@ -210,6 +210,46 @@ def test_every_answer_is_the_routes_own(make_pair: Any) -> None:
     labelled = [line for line in fast_metrics if 'route="/v1/match"' in line]
     assert any('status="200"' in line and 'method="POST"' in line for line in labelled)
     assert any('status="401"' in line for line in labelled)
+
+
+#: The same for ``POST /v1/match/batch``: every valid body is the fast path's (answers,
+#: error entries, 401/403/413/422 keys_mismatch/429 raised past validation); others route.
+BATCH_CASES: list[tuple[bytes, Mapping[str, str], bool]] = [
+    (b'{"topics": ["stock.nasdaq.msft", "stock.x", "none"]}', A, True),
+    (b'{"topics": ["stock.nasdaq.msft"]}', B, True),
+    (b'{"topics": ["stock.nasdaq.msft"], "tenant": "acme"}', OPERATOR, True),
+    (b'{"topics": ["stock.nasdaq.msft"], "tenant": "globex"}', A, True),  # 403
+    (b'{"topics": []}', A, True),
+    (b'{"topics": ["a\\u0000b", "stock.x", "' + b"w." * 200 + b'"]}', A, True),  # errors
+    (b'{"topics": ["orders.eu", "orders.us"], "keys": ["k1", "k2"]}', A, True),  # groups
+    (b'{"topics": ["orders.eu", "orders.us"]}', A, True),  # groups, keyed by topic
+    (b'{"topics": ["orders.eu"], "keys": ["k1", "k2"]}', A, True),  # 422 keys_mismatch
+    (b'{"topics": ["a/b/c", "a/+"], "dialect": "mqtt"}', A, True),
+    (b'{"topics": ["x"]' + b', "dialect": "amqp"}', {**JSON, "Authorization": "Bearer no"}, True),
+    (b'{"topics": ["x"]}', JSON, True),  # 401
+    (b'{"topics": [' + b",".join([b'"stock.x"'] * 10_001) + b"]}", A, True),  # 413
+    (b'{"topics": ["stock.x"]}', {**A, "Content-Type": "text/plain"}, False),
+    (b'{"topics": "stock.x"}', A, False),
+    (b'{"topics": [1]}', A, False),
+    (b'{"topics": ["x"], "extra": 1}', A, False),
+    (b'{"topics": ["a\\ud800"]}', A, False),
+    (b"{}", A, False),
+    (b"not json", A, False),
+]
+
+
+def test_every_batch_answer_is_the_routes_own(make_pair: Any) -> None:
+    pair = make_pair(max_body_bytes=1_000_000)
+    seen_statuses: set[int] = set()
+    for body, headers, fast in BATCH_CASES:
+        (status, _), answered_fast = pair.both(body, headers, path="/v1/match/batch")
+        assert answered_fast is fast, (body[:100], headers)
+        seen_statuses.add(status)
+    assert seen_statuses >= {200, 401, 403, 413, 422}
+    fast_metrics, reference_metrics = pair.metrics()
+    assert fast_metrics == reference_metrics
+    labelled = [line for line in fast_metrics if 'route="/v1/match/batch"' in line]
+    assert any('status="200"' in line and 'method="POST"' in line for line in labelled)
 
 
 def test_what_the_middleware_refuses_never_reaches_either(make_pair: Any) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from loader import RoutingTable
 from loader.shadow import ShadowCheck
 from store import Change
@@ -68,3 +71,16 @@ def test_off_and_single_engine_tables_never_check() -> None:
     assert shadow.checks == 0
     single = RoutingTable(("trie",), shadow=ShadowCheck(1))
     assert single.shadow is None
+
+
+@given(every=st.integers(0, 7), before=st.integers(0, 30), n=st.integers(0, 30))
+def test_due_among_picks_what_due_would_pick_one_by_one(every: int, before: int, n: int) -> None:
+    """A batch's sample (``due_among``) is the matches ``due`` would have picked, and the
+    count moves on alike."""
+    one_by_one, batched = ShadowCheck(every), ShadowCheck(every)
+    for _ in range(before):
+        one_by_one.due()
+        batched.due()
+    picked = [k for k in range(n) if one_by_one.due()]
+    assert list(batched.due_among(n)) == picked
+    assert batched.seen == one_by_one.seen
