@@ -145,6 +145,34 @@ def test_job_writes_the_three_tables_and_a_summary(spark: SparkSession, tmp_path
     assert len(_table(out / "unmatched")) == len(unmatched)
 
 
+def test_a_task_with_more_days_than_open_writers_still_files_every_row_by_day(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Each task writes at most ``spark.sql.maxConcurrentOutputFileWriters`` (2) day
+    partitions at once unsorted and Spark sorts the rest: messages of ten days, interleaved,
+    all land in their own day, none lost or doubled."""
+    data = generate(subscriptions=40, messages=200, seed=5)
+    lines = [
+        json.dumps(
+            {"message_id": m, "topic": t, "ts": (START + timedelta(days=k % 10)).isoformat()}
+        )
+        for k, (m, _, t) in enumerate(data.messages)
+    ]
+    messages = tmp_path / "messages.jsonl"
+    messages.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    subscriptions = tmp_path / "subs.parquet"
+    pq.write_table(data.subscriptions_table(), subscriptions)
+    out = tmp_path / "out"
+    run(spark, RouteJob(messages=str(messages), out=out, subscriptions=str(subscriptions)))
+    deliveries = _table(out / "deliveries")
+    got = [
+        (r["message_id"], r["subscription_id"], r["subscriber"], r["tenant"]) for r in deliveries
+    ]
+    assert sorted(got) == sorted(naive_deliveries(data))
+    assert len({str(r["date"]) for r in deliveries}) == 10
+    assert all(str(r["date"]) == r["ts"].date().isoformat() for r in deliveries)
+
+
 def test_a_rerun_on_other_input_leaves_nothing_of_the_previous_run(
     spark: SparkSession, tmp_path: Path
 ) -> None:
