@@ -64,9 +64,13 @@ RUN apt-get update \
 USER topicstore
 # pyspark (a dependency of the project) ships Spark itself: spark-class runs the master and
 # the worker. Executors start this image's Python, which has the project installed.
+# A container's home does not outlive it: a local `topicstore route` here would record
+# Spark's class archive (~25 s, ~170 MB) on every run and never map it. Mount a volume
+# and name it in TOPICSTORE_SPARK_CLASS_ARCHIVE to keep one; on the cluster it is unused.
 ENV PYSPARK_PYTHON=python \
     PYSPARK_DRIVER_PYTHON=python \
-    SPARK_WORKER_DIR=/home/topicstore/spark-work
+    SPARK_WORKER_DIR=/home/topicstore/spark-work \
+    TOPICSTORE_SPARK_CLASS_ARCHIVE=off
 # The app's check asks the API for /healthz; no API runs here.
 HEALTHCHECK NONE
 # /data: the job's input and output, shared by the driver and the executors (a volume).

@@ -74,7 +74,7 @@ def route(
     from pyspark.sql import SparkSession  # Spark loads only for this command
 
     from pipeline.job import RouteJob, run
-    from pipeline.session import spark_session
+    from pipeline.session import class_archive_complete, default_class_archive, spark_session
     from store import DEFAULT_DATABASE_URL, StoreError
 
     if engine not in ENGINES:
@@ -82,7 +82,7 @@ def route(
             f"unknown engine {engine!r}; known: {', '.join(ENGINES)}", param_hint="--engine"
         )
     ours = SparkSession.getActiveSession() is None  # a caller's session is left running
-    spark = spark_session(master)
+    spark = spark_session(master, class_archive=default_class_archive())
     try:
         summary = run(
             spark,
@@ -105,6 +105,7 @@ def route(
     finally:
         if ours:
             spark.stop()
+    class_archive_complete()  # a whole job ran: the JVM's class archive is worth keeping
     typer.echo(
         f"routed {summary.messages:,} messages in {summary.duration_s:.1f} s "
         f"({summary.messages_per_s:,.0f} msg/s): {summary.deliveries:,} deliveries, "

@@ -5,6 +5,17 @@ Python workers are separate processes (one per core) that hold the engines. On a
 (``spark://host:7077``) only the job's SQL settings are applied; executors need this project
 installed in the same Python (``PYSPARK_PYTHON``) so that ``matcher`` imports there.
 
+A local driver JVM can start from a class-data archive (``class_archive``; AppCDS, Java's
+own mechanism): Spark loads some 10,000 classes while it starts, and parsing and verifying
+them was most of a cold start (session 5.7-6.0 s, its first query 2.9 s; from the archive
+3.0-3.4 s and 1.4-1.6 s). ``topicstore route`` keeps one in the user's cache
+(``default_class_archive``): the first run that succeeds records it as its JVM exits (that
+run takes ~25 s longer, once; the archive takes ~170 MB), later runs map it. A run that
+fails keeps nothing (``class_archive_complete`` is the caller's word that the JVM loaded
+what a whole job loads). It is keyed by the
+PySpark install and the Java binary, written aside and renamed when complete, and the JVM
+itself checks it against its classpath (a mismatched archive is ignored, not trusted).
+
 Spark is kept quiet: its log4j logs errors only, py4j's Python logger warnings only, and the
 line the JVM prints at every start (``WARNING: Using incubator modules``: Spark 4's launcher
 always adds the Vector API module) is dropped from the JVM's stderr, which is otherwise
@@ -13,8 +24,11 @@ passed through as it is.
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,11 +37,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Final
 
+import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from pipeline.codes import ARROW_BATCH_ROWS
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MASTER: Final = "local[*]"
 #: Fits a 2-core, 24 GiB box with room for the Python workers and the OS page cache (which
@@ -39,6 +56,11 @@ DRIVER_MEMORY: Final = "2g"
 #: 45.6-47.9 s with G1, which also warned "Retried waiting for GCLocker too often" on
 #: Arrow's 16 MB buffers.
 LOCAL_JVM_OPTIONS: Final = ("-XX:+UseParallelGC",)
+#: ``TOPICSTORE_SPARK_CLASS_ARCHIVE``: ``off``, or the directory for the class-data archive
+#: (default: ``$XDG_CACHE_HOME/topicstore``, else ``~/.cache/topicstore``).
+CLASS_ARCHIVE_ENV: Final = "TOPICSTORE_SPARK_CLASS_ARCHIVE"
+#: How long an exiting JVM may take to write the archive before it is given up.
+ARCHIVE_EXIT_TIMEOUT_S: Final = 120.0
 #: Few shuffle partitions: the job shuffles only small aggregates (counts), never messages.
 SHUFFLE_PARTITIONS: Final = 4
 
@@ -93,12 +115,77 @@ def _pass_stderr(stream: IO[bytes]) -> None:
     threading.Thread(target=pump, name="spark-jvm-stderr", daemon=True).start()
 
 
-def _start_jvm(conf: SparkConf) -> None:
+def default_class_archive() -> Path | None:
+    """Where ``topicstore route`` keeps the local JVM's class-data archive (see the module
+    docstring), or None when ``TOPICSTORE_SPARK_CLASS_ARCHIVE=off``. The name holds a key of
+    the PySpark install, the Java binary and the JVM options, so an upgrade of either
+    starts a new archive instead of offering the JVM a stale one."""
+    setting = os.environ.get(CLASS_ARCHIVE_ENV, "")
+    if setting.lower() == "off":
+        return None
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    directory = Path(setting) if setting else Path(cache) / "topicstore"
+    java_home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=f"{java_home}/bin" if java_home else None) or "java"
+    java = os.path.realpath(java)
+    stamp = os.stat(java).st_mtime_ns if os.path.exists(java) else 0
+    spark_home = Path(pyspark.__file__).parent
+    key = f"{pyspark.__version__}|{spark_home}|{java}|{stamp}|{' '.join(LOCAL_JVM_OPTIONS)}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return directory / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def _archive_options(archive: Path | None) -> tuple[list[str], Path | None]:
+    """The JVM options for ``archive`` and, when this JVM records it, where it writes it
+    (aside, by pid: renamed into place only once the JVM has exited cleanly)."""
+    if archive is None:
+        return [], None
+    quiet = "-Xlog:cds*=error"  # not a warning per class it cannot archive (signed jars...)
+    if archive.is_file():
+        return [f"-XX:SharedArchiveFile={archive}", quiet], None
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    recording = archive.with_name(f".{archive.name}.{os.getpid()}")
+    return [f"-XX:ArchiveClassesAtExit={recording}", quiet], recording
+
+
+#: Set by ``class_archive_complete``: the archive this process's JVM records is worth keeping.
+_archive_complete = threading.Event()
+
+
+def class_archive_complete() -> None:
+    """Keep the class archive this process's JVM is recording (a whole job ran), if any."""
+    _archive_complete.set()
+
+
+def _keep_archive(proc: subprocess.Popen[bytes], recording: Path, archive: Path) -> None:
+    """At exit: end the JVM (its stdin closing is PySpark's signal), wait while it writes
+    the archive, and put it in place if the caller said the run was complete; anything else
+    is removed."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=ARCHIVE_EXIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        log.warning("Spark's JVM did not exit in time; its class archive is not kept")
+        proc.kill()
+        proc.wait()
+    complete = _archive_complete.is_set() and proc.returncode == 0
+    if complete and recording.is_file() and recording.stat().st_size > 0:
+        os.replace(recording, archive)
+    else:
+        recording.unlink(missing_ok=True)
+
+
+def _start_jvm(conf: SparkConf, recording: Path | None = None, archive: Path | None = None) -> None:
     """Start the JVM for ``conf`` (as ``SparkSession.builder`` would) with its stderr read
-    through ``_pass_stderr``, and make it this process's SparkContext."""
+    through ``_pass_stderr``, and make it this process's SparkContext. When the JVM records
+    a class archive, it is put in place at exit (registered before the SparkContext, so it
+    runs after PySpark's own exit handlers)."""
     # popen_kwargs is PySpark's documented hook for capturing the JVM's output.
     gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
     _pass_stderr(gateway.proc.stderr)
+    if recording is not None and archive is not None:
+        atexit.register(_keep_archive, gateway.proc, recording, archive)
     SparkContext(conf=conf, gateway=gateway)
 
 
@@ -121,13 +208,17 @@ def spark_session(
     driver_memory: str = DRIVER_MEMORY,
     shuffle_partitions: int = SHUFFLE_PARTITIONS,
     conf: Mapping[str, str] | None = None,
+    class_archive: Path | None = None,
 ) -> SparkSession:
     """The session for ``master`` (default ``local[*]``; an existing session is returned as
     it is, as ``getOrCreate`` does). Under ``spark-submit`` pass no master: the one given to
-    spark-submit is used."""
+    spark-submit is used. ``class_archive``: the class-data archive a local JVM started here
+    maps, or records when there is none yet (see the module docstring; None: neither)."""
     submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
     master = master or DEFAULT_MASTER
     local = not submitted and master.startswith("local")
+    starting = not submitted and not jvm_started()
+    archive_options, recording = _archive_options(class_archive if local and starting else None)
     builder = SparkSession.builder.appName(app_name)
     if not submitted:
         builder = builder.master(master)
@@ -145,16 +236,22 @@ def spark_session(
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.extraJavaOptions": " ".join(
-                (f"-Dlog4j2.configurationFile={_quiet_logging_file()}", *LOCAL_JVM_OPTIONS)
+                (
+                    f"-Dlog4j2.configurationFile={_quiet_logging_file()}",
+                    *LOCAL_JVM_OPTIONS,
+                    *archive_options,
+                )
             ),
         }
     settings |= dict(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # logs every connection at INFO
-    if not submitted and not jvm_started():
+    if starting:
         _start_jvm(
-            SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+            SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items())),
+            recording,
+            class_archive,
         )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

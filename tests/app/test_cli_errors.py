@@ -58,6 +58,9 @@ class Case:
     writes: bool = False  # a write: may create the store before it refuses
 
 
+#: A failing route keeps no class archive anyway; not recording one spares its JVM ~20 s.
+NO_CLASS_ARCHIVE = {"spark_class_archive": "off"}
+
 CASES = {
     "unknown dialect to match": Case(("match", "a", "--dialect", "kafka"), "invalid_dialect", 2),
     "unknown dialect to sub ls": Case(("sub", "ls", "--dialect", "kafka"), "invalid_dialect", 2),
@@ -89,12 +92,16 @@ CASES = {
     "sub ls on a store never migrated": Case(("sub", "ls"), "no_schema", 2),
     "sub rm on a store never migrated": Case(("sub", "rm", "1"), "no_schema", 2),
     "route from a store never migrated": Case(
-        ("route", "--messages", "messages.jsonl", "--out", "routed"), "no_schema", 2
+        ("route", "--messages", "messages.jsonl", "--out", "routed"),
+        "no_schema",
+        2,
+        NO_CLASS_ARCHIVE,
     ),
     "route with messages that are not there": Case(
         ("route", "--messages", "gone.parquet", "--out", "routed", "--subscriptions", "s.parquet"),
         "path_not_found",
         2,
+        NO_CLASS_ARCHIVE,
         prepare=True,
     ),
 }

@@ -1,0 +1,76 @@
+"""The local JVM's class-data archive (``pipeline.session``): where it is kept, recorded by
+a run that completes and only then, mapped by the next run's JVM. Each run is a fresh
+Python process (a JVM starts once per process), as ``topicstore route`` is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bench.server import service_environment
+from pipeline.session import CLASS_ARCHIVE_ENV, default_class_archive
+
+#: A process that starts a local JVM with the archive, runs a query, reports the JVM's
+#: options, and says the run was complete when asked to.
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pipeline.session import class_archive_complete, spark_session
+    spark = spark_session("local[1]", class_archive=Path(sys.argv[1]))
+    assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
+    jvm = spark.sparkContext._jvm
+    print("\\n".join(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+          .getInputArguments()))
+    spark.stop()
+    if sys.argv[2] == "complete":
+        class_archive_complete()
+    """
+)
+
+
+def _run(archive: Path, complete: bool) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(archive), "complete" if complete else "failed"],
+        env=service_environment({}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[warning][cds]" not in result.stderr, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_the_archive_is_kept_per_user_and_keyed_by_the_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(CLASS_ARCHIVE_ENV, "off")
+    assert default_class_archive() is None
+    monkeypatch.setenv(CLASS_ARCHIVE_ENV, str(tmp_path))
+    archive = default_class_archive()
+    assert archive is not None and archive.parent == tmp_path
+    assert archive.name.startswith("spark-") and archive.suffix == ".jsa"
+    monkeypatch.delenv(CLASS_ARCHIVE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert default_class_archive() == tmp_path / "cache" / "topicstore" / archive.name
+
+
+@pytest.mark.slow
+def test_a_complete_run_records_the_archive_and_the_next_maps_it(tmp_path: Path) -> None:
+    archive = tmp_path / "archive" / "spark.jsa"
+    options = _run(archive, complete=False)
+    assert any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options)
+    assert list(archive.parent.iterdir()) == []  # a run that failed keeps nothing
+    _run(archive, complete=True)
+    assert [p.name for p in archive.parent.iterdir()] == [archive.name]
+    assert archive.stat().st_size > 1_000_000
+    options = _run(archive, complete=True)
+    assert f"-XX:SharedArchiveFile={archive}" in options
+    assert not any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options)
+    assert os.listdir(archive.parent) == [archive.name]  # mapping it writes nothing
