@@ -10,11 +10,11 @@ own mechanism): Spark loads some 10,000 classes while it starts, and parsing and
 them was most of a cold start (session 5.7-6.0 s, its first query 2.9 s; from the archive
 3.0-3.4 s and 1.4-1.6 s). ``topicstore route`` keeps one in the user's cache
 (``default_class_archive``): the first run that succeeds records it as its JVM exits (that
-run takes ~25 s longer, once; the archive takes ~170 MB), later runs map it. A run that
+run takes 15-25 s longer, once; the archive takes ~170 MB), later runs map it. A run that
 fails keeps nothing (``class_archive_complete`` is the caller's word that the JVM loaded
-what a whole job loads). It is keyed by the
-PySpark install and the Java binary, written aside and renamed when complete, and the JVM
-itself checks it against its classpath (a mismatched archive is ignored, not trusted).
+what a whole job loads). It is keyed by the PySpark install and the Java binary, written
+aside and renamed when complete, and the JVM itself checks it against its classpath (a
+mismatched archive is ignored, not trusted).
 
 Spark is kept quiet: its log4j logs errors only, py4j's Python logger warnings only, and the
 line the JVM prints at every start (``WARNING: Using incubator modules``: Spark 4's launcher
