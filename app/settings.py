@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     analytics_subscriptions: Path | None = Field(
         None, description="A subscriptions export, for the never-matched analytics query."
     )
+    spark_class_archive: str = Field(
+        "",
+        description="Where a local `topicstore route` keeps Spark's class-data archive: `off`, "
+        "or a directory (default: $XDG_CACHE_HOME/topicstore, else ~/.cache/topicstore). "
+        "Read by pipeline.session, which imports nothing of the app.",
+    )
     match_auth: bool = Field(True, description="Whether match endpoints need a token too.")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
     max_batch: int = Field(10_000, ge=1, description="Most topics or items in one batch.")
