@@ -101,9 +101,17 @@ def subscription_rejects(spark: SparkSession, rejects: list[SubscriptionReject])
     return spark.createDataFrame(rows, REJECT_SCHEMA)
 
 
+#: Parquet writer options of every table. Message ids are unique: a dictionary for them
+#: never pays (the writer builds one per column chunk, then falls back to plain), and
+#: building it was 8% of the JVM's samples on a 10M-message route.
+WRITE_OPTIONS: Final = {"parquet.enable.dictionary#message_id": "false"}
+
+
 def write_table(frame: DataFrame, path: Path, partition_by: str) -> None:
     """Replace the table at ``path`` with ``frame``, hive-partitioned by one column."""
-    frame.write.mode("overwrite").partitionBy(partition_by).parquet(str(path))
+    frame.write.mode("overwrite").partitionBy(partition_by).options(**WRITE_OPTIONS).parquet(
+        str(path)
+    )
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:

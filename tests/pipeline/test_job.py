@@ -171,6 +171,13 @@ def test_a_task_with_more_days_than_open_writers_still_files_every_row_by_day(
     assert sorted(got) == sorted(naive_deliveries(data))
     assert len({str(r["date"]) for r in deliveries}) == 10
     assert all(str(r["date"]) == r["ts"].date().isoformat() for r in deliveries)
+    # Unique message ids are written without a dictionary (``io.WRITE_OPTIONS``); the
+    # subscriber column, with few values, keeps one.
+    for file in (out / "deliveries").glob("date=*/*.parquet"):
+        chunk = pq.ParquetFile(file).metadata.row_group(0)
+        encodings = {chunk.column(i).path_in_schema: chunk.column(i).encodings for i in range(6)}
+        assert not any("DICTIONARY" in e for e in encodings["message_id"]), encodings
+        assert any("DICTIONARY" in e for e in encodings["subscriber"]), encodings
 
 
 def test_a_rerun_on_other_input_leaves_nothing_of_the_previous_run(
