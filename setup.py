@@ -4,22 +4,22 @@ encoder; everything else is in pyproject.toml."""
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-NATIVE = Extension(
-    "matcher._native",
-    sources=["matcher/_native.pyx"],
-    depends=["matcher/native_core.hpp"],
-    include_dirs=["matcher"],
-    language="c++",
-    extra_compile_args=["-O3", "-std=c++17"],
-)
 
-ANSWERS = Extension(
-    "loader._answers",
-    sources=["loader/_answers.pyx"],
-    depends=["loader/answers_json.hpp"],
-    include_dirs=["loader"],
-    language="c++",
-    extra_compile_args=["-O3", "-std=c++17"],
-)
+def cpp_extension(name: str, package: str, header: str) -> Extension:
+    """``package.name`` from ``package/name.pyx`` over ``package/header`` (C++17, -O3)."""
+    return Extension(
+        f"{package}.{name}",
+        sources=[f"{package}/{name}.pyx"],
+        depends=[f"{package}/{header}"],
+        include_dirs=[package],
+        language="c++",
+        extra_compile_args=["-O3", "-std=c++17"],
+    )
 
-setup(ext_modules=cythonize([NATIVE, ANSWERS], language_level=3))
+
+EXTENSIONS = [
+    cpp_extension("_native", "matcher", "native_core.hpp"),
+    cpp_extension("_answers", "loader", "answers_json.hpp"),
+]
+
+setup(ext_modules=cythonize(EXTENSIONS, language_level=3))
