@@ -1042,7 +1042,7 @@ class Core {
     struct Memo {
         uint32_t done = 0;     // by_word_[prev][:done] are accounted for in `out`
         uint32_t reached = 0;  // out[:reached] went through reach() already
-        std::vector<uint32_t> out;
+        Scratch out;
     };
 
     void reset_memos() {
@@ -1072,23 +1072,42 @@ class Core {
             memo_touched_.push_back(static_cast<uint32_t>(index));
             m.out.reserve(SCRATCH);
         }
-        for (uint32_t j = m.done; j < len; ++j) {
-            uint32_t ref = by_word_[prev][j];
-            if ((ref & HAS_KIDS) && w != UNKNOWN_WORD) {
-                uint32_t c = child(ref & INDEX, w);
-                if (c != NO_NODE) m.out.push_back(c);
+        if (len > m.done) {
+            // Two entries at most per node: room first, then unchecked writes through
+            // locals (nothing here touches the lists, so their pointers hold), and a probed
+            // child is written always and kept if it is a node: no branch on whether it
+            // exists, the walk's least predictable (the adversarial topics' cold cost is
+            // mostly the branch predictors' state after a build, measured).
+            const uint32_t* list = by_word_[prev].data();
+            const size_t at = m.out.size();
+            m.out.resize(at + 2 * static_cast<size_t>(len - m.done));
+            uint32_t* out = m.out.data() + at;
+            const Edge* edges = edges_.data();
+            const size_t mask = edges_.size() - 1;
+            const Node* nodes = nodes_.data();
+            const bool known = w != UNKNOWN_WORD;
+            for (uint32_t j = m.done; j < len; ++j) {
+                uint32_t ref = list[j];
+                if ((ref & HAS_KIDS) && known) {
+                    *out = probe(edges, mask, ref & INDEX, w);
+                    out += *out != NO_NODE;
+                }
+                if (ref & HAS_STAR) *out++ = nodes[ref & INDEX].star;
             }
-            if (ref & HAS_STAR) m.out.push_back(nodes_[ref & INDEX].star);
+            m.out.resize(static_cast<size_t>(out - m.out.data()));
+            m.done = len;
         }
-        if (len > m.done) m.done = len;
         if (prove) {
             // Dropped entries need no reach(): without a '#' below, or with it active.
+            // (spent() does not touch m.out.)
             size_t kept = 0, reached = 0;
-            for (size_t j = 0; j < m.out.size(); ++j) {
-                uint32_t c = m.out[j];
+            uint32_t* out = m.out.data();
+            const size_t size = m.out.size();
+            for (size_t j = 0; j < size; ++j) {
+                uint32_t c = out[j];
                 if (!(c & HAS_FEEDS) || spent(c & INDEX)) continue;
                 reached += j < m.reached;
-                m.out[kept++] = c;
+                out[kept++] = c;
             }
             m.out.resize(kept);
             m.reached = static_cast<uint32_t>(reached);
@@ -1097,12 +1116,16 @@ class Core {
             size_t from = next.size();
             next.resize(from + m.out.size());
             uint32_t* out = next.data() + from;
-            for (uint32_t c : m.out)
-                if (c & keep) *out++ = c;
+            for (uint32_t c : m.out) {
+                *out = c;
+                out += (c & keep) != 0;
+            }
             next.resize(static_cast<size_t>(out - next.data()));
         }
-        // Only the entries new to `out` can reach a '#' node not yet active.
-        for (size_t j = m.reached; j < m.out.size(); ++j) reach(m.out[j]);
+        // Only the entries new to `out` can reach a '#' node not yet active (reach() does
+        // not touch m.out).
+        const uint32_t* fresh = m.out.data();
+        for (size_t j = m.reached; j < m.out.size(); ++j) reach(fresh[j]);
         m.reached = static_cast<uint32_t>(m.out.size());
     }
 
@@ -1239,19 +1262,22 @@ class Core {
                         uint32_t c = probe(edges, mask, ref & INDEX, w);
                         if (c & HAS_TAIL) {
                             reach_tail(c, i + 1);
-                        } else if (c & keep) {
-                            *out++ = c;
+                        } else {  // written always, kept if wanted: no branch on it
+                            *out = c;
+                            out += (c & keep) != 0;
                         }
                     }
                     if (ref & HAS_STAR) {
                         uint32_t c = nodes[ref & INDEX].star;
-                        if (c & keep) *out++ = c;
+                        *out = c;
+                        out += (c & keep) != 0;
                     }
                 }
             }
             next.resize(static_cast<size_t>(out - next.data()));
             size_t stepped = next.size();
-            for (size_t j = 0; j < stepped; ++j) reach(next[j]);
+            const uint32_t* stepped_refs = next.data();  // reach() does not touch `next`
+            for (size_t j = 0; j < stepped; ++j) reach(stepped_refs[j]);
             if (static_len) static_step(static_slot, static_len, slot, w, keep, prove && pruning, next);
             if (slot != UINT32_MAX) {
                 for (uint32_t j = reached_[slot]; j < len; ++j) reach(by_word_[slot][j]);
