@@ -3,8 +3,9 @@
 I/O happens here and in ``pipeline.io`` only; everything between is the pure
 transformations of ``pipeline.transforms``. The matcher runs once per message: the routed rows
 are persisted and the three tables (deliveries, unmatched, rejects) are split off them. The
-summary's counts are observed while the first table is written (no job of their own); only
-rejected messages, when there are any, are counted by reason in one more small job.
+summary's counts are observed while the first table is written (no job of their own), and a
+table they show empty is written without reading the rows again; only rejected messages,
+when there are any, are counted by reason in one more small job.
 
 Output under ``out``::
 
@@ -145,6 +146,14 @@ def _plan(
     return plan, rejects, source
 
 
+def _rows_if_any(frame: DataFrame, rows: int) -> DataFrame:
+    """``frame``, or its empty form when the observed totals say it has no ``rows``: Spark
+    plans ``LIMIT 0`` as an empty relation, so writing it scans nothing (with every message
+    matched, the unmatched and rejects tables each scanned all the cached routed rows to
+    find none)."""
+    return frame if rows else frame.limit(0)
+
+
 def _reason_counts(pairs: list[tuple[str, int]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for reason, n in sorted(pairs):
@@ -192,14 +201,15 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
     try:
         io.write_table(transforms.deliveries(routed), out / io.DELIVERIES, "date")
         stages.done("route_and_deliveries")
-        io.write_table(transforms.unmatched(routed), out / io.UNMATCHED, "date")
+        counted: dict[str, int] = totals.get
+        unmatched_rows = _rows_if_any(transforms.unmatched(routed), counted["unmatched"])
+        io.write_table(unmatched_rows, out / io.UNMATCHED, "date")
         stages.done("unmatched")
-        rejects = transforms.message_rejects(routed)
+        rejects = _rows_if_any(transforms.message_rejects(routed), counted["rejected"])
         if sub_rejects:
             rejects = rejects.unionByName(io.subscription_rejects(spark, sub_rejects))
         io.write_table(rejects, out / io.REJECTS, "source")
         stages.done("rejects")
-        counted: dict[str, int] = totals.get
         by_reason = _rejects_by_reason(routed, counted["rejected"])
         stages.done("counts")
     finally:

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from migrations.runner import upgrade
 from pipeline.errors import PipelineError
-from pipeline.job import RouteJob, run
+from pipeline.job import RouteJob, _rows_if_any, run
 from store import Database, NewSubscription, SubscriptionRepository, validate
 from tests.pipeline.conftest import generate, naive_deliveries
 
@@ -178,6 +178,47 @@ def test_a_task_with_more_days_than_open_writers_still_files_every_row_by_day(
         encodings = {chunk.column(i).path_in_schema: chunk.column(i).encodings for i in range(6)}
         assert not any("DICTIONARY" in e for e in encodings["message_id"]), encodings
         assert any("DICTIONARY" in e for e in encodings["subscriber"]), encodings
+
+
+def test_tables_the_totals_show_empty_are_written_without_reading_the_rows(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Every message matched and none rejected: the unmatched and rejects tables are there and
+    empty, and what the job writes for them is planned as an empty relation (no scan of the
+    routed rows); a table with rows keeps its plan."""
+    data = generate(subscriptions=40, messages=200, seed=9)
+    matched = {m for m, _, _, _ in naive_deliveries(data)}
+    kept = [row for row in data.messages if row[0] in matched]
+    assert kept
+    messages = tmp_path / "messages.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "message_id": [m for m, _, _ in kept],
+                "topic": [t for _, _, t in kept],
+                "ts": pa.array([START] * len(kept), pa.timestamp("us", tz="UTC")),
+            }
+        ),
+        messages,
+    )
+    subscriptions = tmp_path / "subs.parquet"
+    pq.write_table(data.subscriptions_table(), subscriptions)
+    out = tmp_path / "out"
+    summary = run(
+        spark, RouteJob(messages=str(messages), out=out, subscriptions=str(subscriptions))
+    )
+    assert (summary.matched, summary.unmatched, summary.rejected) == (len(kept), 0, 0)
+    assert {r["message_id"] for r in _table(out / "deliveries")} == matched
+    assert _table(out / "unmatched") == [] and _table(out / "rejects") == []
+
+    def plan(frame: DataFrame) -> str:
+        return str(frame._jdf.queryExecution().optimizedPlan().toString())
+
+    rows = spark.read.parquet(str(messages))
+    assert "LocalRelation <empty>" in plan(_rows_if_any(rows, 0))
+    assert "Relation" in plan(_rows_if_any(rows, 1)) and "<empty>" not in plan(
+        _rows_if_any(rows, 1)
+    )
 
 
 def test_a_rerun_on_other_input_leaves_nothing_of_the_previous_run(
