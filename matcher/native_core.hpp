@@ -32,6 +32,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -900,6 +901,7 @@ class Core {
     std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
     Scratch level_, next_;
+    Scratch reaching_;  // hash_walk: a level's stepped entries with a '#' child
     std::vector<uint32_t> active_, slot_of_, slot_word_, reached_, memo_touched_;
     std::vector<std::vector<uint32_t>> by_word_;  // per slot: children of active '#' nodes
     static constexpr size_t SCRATCH = 256;  // first '#' walk: room per list up front (below)
@@ -1042,12 +1044,16 @@ class Core {
     struct Memo {
         uint32_t done = 0;     // by_word_[prev][:done] are accounted for in `out`
         uint32_t reached = 0;  // out[:reached] went through reach() already
+        // out[:proved] were found not spent while active_ held `proved_active` '#' nodes;
+        // while it still does, they still are not (see static_step)
+        uint32_t proved = 0;
+        uint32_t proved_active = 0;
         Scratch out;
     };
 
     void reset_memos() {
         for (uint32_t index : memo_touched_) {
-            memo_[index].done = memo_[index].reached = 0;
+            memo_[index].done = memo_[index].reached = memo_[index].proved = 0;
             memo_[index].out.clear();
         }
         memo_touched_.clear();
@@ -1099,11 +1105,16 @@ class Core {
         }
         if (prove) {
             // Dropped entries need no reach(): without a '#' below, or with it active.
-            // (spent() does not touch m.out.)
-            size_t kept = 0, reached = 0;
+            // (spent() does not touch m.out.) Whether a node is spent changes only when a
+            // '#' node becomes active, so with none activated since this memo's last pass
+            // only the entries added since are checked (the adversarial topics activate
+            // most of theirs in the first 40 words: later levels mostly skip the pass).
+            const size_t active = active_.size();
+            const size_t from = m.proved_active == active ? m.proved : 0;
+            size_t kept = from, reached = std::min<size_t>(from, m.reached);
             uint32_t* out = m.out.data();
             const size_t size = m.out.size();
-            for (size_t j = 0; j < size; ++j) {
+            for (size_t j = from; j < size; ++j) {
                 uint32_t c = out[j];
                 if (!(c & HAS_FEEDS) || spent(c & INDEX)) continue;
                 reached += j < m.reached;
@@ -1111,6 +1122,8 @@ class Core {
             }
             m.out.resize(kept);
             m.reached = static_cast<uint32_t>(reached);
+            m.proved = static_cast<uint32_t>(kept);
+            m.proved_active = static_cast<uint32_t>(active);
             next.insert(next.end(), m.out.begin(), m.out.end());
         } else {
             size_t from = next.size();
@@ -1249,9 +1262,13 @@ class Core {
             // adds the children of '#' nodes reached here (they match from the next word).
             uint32_t len = slot == UINT32_MAX ? 0 : static_cast<uint32_t>(by_word_[slot].size());
             if (level.size() > 1) prefetch_level(level.data(), level.size(), w);
-            // Each node yields two refs at most: write them unchecked.
+            // Each node yields two refs at most: write them unchecked. Those with a '#' child
+            // also go to `reaching` (only they can make reach() do anything): no loop over
+            // all of them afterwards, and no branch per entry on whether it has one.
             next.resize(2 * level.size());
             uint32_t* out = next.data();
+            uint32_t* const reaching = room(reaching_, 2 * level.size());
+            uint32_t* reach_out = reaching;
             {
                 const Edge* edges = edges_.data();
                 const size_t mask = edges_.size() - 1;
@@ -1263,21 +1280,25 @@ class Core {
                         if (c & HAS_TAIL) {
                             reach_tail(c, i + 1);
                         } else {  // written always, kept if wanted: no branch on it
+                            const bool kept = (c & keep) != 0;
                             *out = c;
-                            out += (c & keep) != 0;
+                            out += kept;
+                            *reach_out = c;
+                            reach_out += kept & ((c & HAS_HASH) != 0);
                         }
                     }
                     if (ref & HAS_STAR) {
                         uint32_t c = nodes[ref & INDEX].star;
+                        const bool kept = (c & keep) != 0;
                         *out = c;
-                        out += (c & keep) != 0;
+                        out += kept;
+                        *reach_out = c;
+                        reach_out += kept & ((c & HAS_HASH) != 0);
                     }
                 }
             }
             next.resize(static_cast<size_t>(out - next.data()));
-            size_t stepped = next.size();
-            const uint32_t* stepped_refs = next.data();  // reach() does not touch `next`
-            for (size_t j = 0; j < stepped; ++j) reach(stepped_refs[j]);
+            for (const uint32_t* r = reaching; r < reach_out; ++r) reach(*r);  // not `reaching_`'s
             if (static_len) static_step(static_slot, static_len, slot, w, keep, prove && pruning, next);
             if (slot != UINT32_MAX) {
                 for (uint32_t j = reached_[slot]; j < len; ++j) reach(by_word_[slot][j]);
