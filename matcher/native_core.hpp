@@ -1298,7 +1298,7 @@ class Core {
                 }
             }
             next.resize(static_cast<size_t>(out - next.data()));
-            for (const uint32_t* r = reaching; r < reach_out; ++r) reach(*r);  // not `reaching_`'s
+            for (const uint32_t* r = reaching; r < reach_out; ++r) reach(*r);  // (never touches reaching_)
             if (static_len) static_step(static_slot, static_len, slot, w, keep, prove && pruning, next);
             if (slot != UINT32_MAX) {
                 for (uint32_t j = reached_[slot]; j < len; ++j) reach(by_word_[slot][j]);
