@@ -32,7 +32,6 @@
 
 #include <Python.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -1044,16 +1043,16 @@ class Core {
     struct Memo {
         uint32_t done = 0;     // by_word_[prev][:done] are accounted for in `out`
         uint32_t reached = 0;  // out[:reached] went through reach() already
-        // out[:proved] were found not spent while active_ held `proved_active` '#' nodes;
-        // while it still does, they still are not (see static_step)
-        uint32_t proved = 0;
+        // In the pruned part of a walk, out[:reached] were also found not spent while
+        // active_ held `proved_active` '#' nodes; while it still does, they still are not
+        // (see static_step)
         uint32_t proved_active = 0;
         Scratch out;
     };
 
     void reset_memos() {
         for (uint32_t index : memo_touched_) {
-            memo_[index].done = memo_[index].reached = memo_[index].proved = 0;
+            memo_[index].done = memo_[index].reached = 0;
             memo_[index].out.clear();
         }
         memo_touched_.clear();
@@ -1110,8 +1109,8 @@ class Core {
             // only the entries added since are checked (the adversarial topics activate
             // most of theirs in the first 40 words: later levels mostly skip the pass).
             const size_t active = active_.size();
-            const size_t from = m.proved_active == active ? m.proved : 0;
-            size_t kept = from, reached = std::min<size_t>(from, m.reached);
+            const size_t from = m.proved_active == active ? m.reached : 0;
+            size_t kept = from, reached = from;
             uint32_t* out = m.out.data();
             const size_t size = m.out.size();
             for (size_t j = from; j < size; ++j) {
@@ -1122,7 +1121,6 @@ class Core {
             }
             m.out.resize(kept);
             m.reached = static_cast<uint32_t>(reached);
-            m.proved = static_cast<uint32_t>(kept);
             m.proved_active = static_cast<uint32_t>(active);
             next.insert(next.end(), m.out.begin(), m.out.end());
         } else {
