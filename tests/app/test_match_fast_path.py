@@ -8,7 +8,7 @@ the fast path answered itself, so the comparison is not the route against itself
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,20 +195,31 @@ CASES: list[tuple[bytes, Mapping[str, str] | list[tuple[str, str]], bool]] = [
 ]
 
 
-def test_every_answer_is_the_routes_own(make_pair: Any) -> None:
-    pair = make_pair()
+def _answered_as_the_route(
+    pair: Any,
+    path: str,
+    cases: Sequence[tuple[bytes, Mapping[str, str] | list[tuple[str, str]], bool]],
+) -> tuple[set[int], list[str]]:
+    """Send every case to both apps: each is the fast path's exactly when ``fast`` says so,
+    the reference always routes, and the two apps' metrics agree. Returns the statuses
+    seen and the metrics lines labelled with ``path``'s route."""
     seen_statuses: set[int] = set()
-    for body, headers, fast in CASES:
-        (status, _), answered_fast = pair.both(body, headers)
-        assert answered_fast is fast, (body, headers)
+    for body, headers, fast in cases:
+        (status, _), answered_fast = pair.both(body, headers, path=path)
+        assert answered_fast is fast, (body[:100], headers)
         assert pair.reference_spy[-1] is True  # the reference always routes
         seen_statuses.add(status)
-    # The corpus reaches every kind of answer the route gives.
-    assert seen_statuses >= {200, 400, 401, 403, 422}
     fast_metrics, reference_metrics = pair.metrics()
     assert fast_metrics == reference_metrics
-    labelled = [line for line in fast_metrics if 'route="/v1/match"' in line]
+    labelled = [line for line in fast_metrics if f'route="{path}"' in line]
     assert any('status="200"' in line and 'method="POST"' in line for line in labelled)
+    return seen_statuses, labelled
+
+
+def test_every_answer_is_the_routes_own(make_pair: Any) -> None:
+    seen_statuses, labelled = _answered_as_the_route(make_pair(), "/v1/match", CASES)
+    # The corpus reaches every kind of answer the route gives.
+    assert seen_statuses >= {200, 400, 401, 403, 422}
     assert any('status="401"' in line for line in labelled)
 
 
@@ -240,16 +251,8 @@ BATCH_CASES: list[tuple[bytes, Mapping[str, str], bool]] = [
 
 def test_every_batch_answer_is_the_routes_own(make_pair: Any) -> None:
     pair = make_pair(max_body_bytes=1_000_000)
-    seen_statuses: set[int] = set()
-    for body, headers, fast in BATCH_CASES:
-        (status, _), answered_fast = pair.both(body, headers, path="/v1/match/batch")
-        assert answered_fast is fast, (body[:100], headers)
-        seen_statuses.add(status)
+    seen_statuses, _ = _answered_as_the_route(pair, "/v1/match/batch", BATCH_CASES)
     assert seen_statuses >= {200, 401, 403, 413, 422}
-    fast_metrics, reference_metrics = pair.metrics()
-    assert fast_metrics == reference_metrics
-    labelled = [line for line in fast_metrics if 'route="/v1/match/batch"' in line]
-    assert any('status="200"' in line and 'method="POST"' in line for line in labelled)
 
 
 def test_what_the_middleware_refuses_never_reaches_either(make_pair: Any) -> None:
