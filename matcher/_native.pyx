@@ -65,6 +65,8 @@ cdef extern from "native_core.hpp" namespace "topicstore":
     cdef uint32_t INDEX
     cdef uint32_t COMBO_NODES
     cdef uint32_t COMBO_IDS
+    cdef uint32_t GATE_WINDOW "topicstore::ResultGate::WINDOW"
+    cdef uint32_t GATE_BYPASS "topicstore::ResultGate::BYPASS"
 
     cdef cppclass Token:
         const char* data
@@ -75,6 +77,10 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         const uint32_t* data
         size_t size
 
+    cdef cppclass ResultGate:
+        bint open()
+        void looked(bint)
+
     cdef cppclass Core:
         Core() except +
         uint32_t size()
@@ -83,6 +89,7 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         uint64_t version()
         const uint32_t* ids_of(uint32_t)
         uint32_t id_count(uint32_t)
+        ResultGate& result_gate()
         PyObject* cached(uint32_t)
         void keep_cached(uint32_t, PyObject*)
         bint has(uint32_t)
@@ -211,8 +218,12 @@ cdef extern from *:
 #: Results of up to this many ids are kept per node (built on the first match that ends on
 #: the node alone, dropped by any write to it; in a bounded table, see native_core.hpp), as
 #: ``trie`` keeps small frozensets: the common single-node match then returns without
-#: building anything.
+#: building anything. While most lookups miss (many distinct topics) they are passed by
+#: (``ResultGate`` in native_core.hpp).
 cdef size_t CACHED_MAX = 16
+#: Lookups per window of the kept results' gate, and matches a closed gate passes by.
+RESULT_GATE_WINDOW = GATE_WINDOW
+RESULT_GATE_BYPASS = GATE_BYPASS
 #: Topics ``match_ids`` walks per hold of the guard: a writer or a single ``match`` waits
 #: for at most one slice (about 0.1 ms of plain walks).
 cdef size_t MATCH_SLICE = 256
@@ -585,6 +596,7 @@ cdef class _Core:
         cdef uint32_t[8] holding  # COMBO_NODES: the end nodes with ids, sorted
         cdef size_t holders = 0, total = 0, i, j, n
         cdef PyObject* cached
+        cdef bint keeping  # the kept results are used (see ResultGate)
         cdef Ids result
         cdef uint32_t* out
         self._enter()
@@ -612,15 +624,20 @@ cdef class _Core:
                     last = node
             if holders == 0:
                 return NO_IDS
+            keeping = holders <= COMBO_NODES and self.core.result_gate().open()
             if holders == 1:
-                cached = self.core.cached(last)  # before reading the node itself
-                if cached != NULL:
-                    return <object>cached
+                if keeping:
+                    cached = self.core.cached(last)  # before reading the node itself
+                    self.core.result_gate().looked(cached != NULL)
+                    if cached != NULL:
+                        return <object>cached
                 total = self.core.id_count(last)
             elif holders <= COMBO_NODES:
-                cached = self.core.combo_get(holding, holders)  # kept only if few ids
-                if cached != NULL:
-                    return <object>cached
+                if keeping:
+                    cached = self.core.combo_get(holding, holders)  # kept only if few ids
+                    self.core.result_gate().looked(cached != NULL)
+                    if cached != NULL:
+                        return <object>cached
                 for i in range(holders):
                     total += self.core.id_count(holding[i])
             else:
@@ -640,10 +657,12 @@ cdef class _Core:
                     memcpy(out, self.core.ids_of(node), count * sizeof(uint32_t))
                     out += count
             _seal(result)
-            if holders == 1:
+            if not keeping:
+                pass
+            elif holders == 1:
                 if total <= CACHED_MAX:
                     self.core.keep_cached(last, <PyObject*>result)
-            elif holders <= COMBO_NODES and total <= COMBO_IDS:
+            elif total <= COMBO_IDS:
                 self.core.combo_put(holding, holders, self.core.version(), <PyObject*>result)
             return result
         finally:

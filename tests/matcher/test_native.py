@@ -437,6 +437,30 @@ def test_kept_results_of_several_end_nodes_stay_exact_when_evicted() -> None:
     m._check()
 
 
+def test_kept_results_are_passed_by_while_most_lookups_miss() -> None:
+    """Many distinct topics, each matched once, close the kept results' gate (a result is
+    then built on every match, a new object each time); a topic matched over and over
+    reopens it at the next trial window (one object again), and every answer stays exact."""
+    m = NativeMatcher()
+    count = 20_000  # distinct end nodes: far more than a window of lookups
+    for i in range(count):
+        m.subscribe(i, f"k{i}")
+    hot = "k0"
+    assert m.match(hot) is m.match(hot)  # a fresh matcher keeps results
+    for i in range(1, count):
+        assert m.match(f"k{i}") == {i}  # each once: no lookup finds its result
+    first, second = m.match(hot), m.match(hot)
+    assert first == second == {0} and first is not second  # passed by: built each time
+    window, bypass = matcher._native.RESULT_GATE_WINDOW, matcher._native.RESULT_GATE_BYPASS
+    assert count < bypass
+    for _ in range(bypass + window):
+        m.match(hot)
+    assert m.match(hot) is m.match(hot)  # tried again, and the hot topic hits
+    m.subscribe(count, hot)  # a write still drops the kept result
+    assert m.match(hot) == {0, count}
+    m._check()
+
+
 def test_tail_leaves_unfold_prune_and_compact() -> None:
     """Chains of literal words that end a pattern are one tail leaf: patterns through,
     beside, above or below a chain unfold it into nodes, removals free tails (the tail
