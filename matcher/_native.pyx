@@ -628,23 +628,27 @@ cdef class _Core:
             if holders == 1:
                 if keeping:
                     cached = self.core.cached(last)  # before reading the node itself
-                    self.core.result_gate().looked(cached != NULL)
                     if cached != NULL:
+                        self.core.result_gate().looked(True)
                         return <object>cached
                 total = self.core.id_count(last)
+                keeping = keeping and total <= CACHED_MAX
             elif holders <= COMBO_NODES:
                 if keeping:
-                    cached = self.core.combo_get(holding, holders)  # kept only if few ids
-                    self.core.result_gate().looked(cached != NULL)
+                    cached = self.core.combo_get(holding, holders)
                     if cached != NULL:
+                        self.core.result_gate().looked(True)
                         return <object>cached
                 for i in range(holders):
                     total += self.core.id_count(holding[i])
+                keeping = keeping and total <= COMBO_IDS
             else:
                 for i in range(n):
                     ref = ends.data[i]
                     if ref & HAS_IDS:
                         total += self.core.id_count(ref & INDEX)
+            if keeping:  # a result small enough to keep was not found: a miss for the gate
+                self.core.result_gate().looked(False)
             # Built under the guard: an Ids holds no Python references, so making one
             # cannot run the garbage collector or any Python code (see the class).
             result = _new_ids(total)
@@ -657,12 +661,9 @@ cdef class _Core:
                     memcpy(out, self.core.ids_of(node), count * sizeof(uint32_t))
                     out += count
             _seal(result)
-            if not keeping:
-                pass
-            elif holders == 1:
-                if total <= CACHED_MAX:
-                    self.core.keep_cached(last, <PyObject*>result)
-            elif total <= COMBO_IDS:
+            if keeping and holders == 1:
+                self.core.keep_cached(last, <PyObject*>result)
+            elif keeping:
                 self.core.combo_put(holding, holders, self.core.version(), <PyObject*>result)
             return result
         finally:

@@ -315,7 +315,8 @@ class ResultGate {
         --skip_;
         return false;
     }
-    // A match that used them found its result kept (hit) or not.
+    // A match that used them found its result kept (hit) or not (counted only for results
+    // small enough to be kept: a big one is never found, and says nothing about reuse).
     void looked(bool hit) {
         hits_ += hit;
         if (++looks_ < WINDOW) return;

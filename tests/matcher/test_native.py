@@ -461,6 +461,20 @@ def test_kept_results_are_passed_by_while_most_lookups_miss() -> None:
     m._check()
 
 
+def test_results_too_big_to_keep_do_not_close_the_gate() -> None:
+    """A result of more ids than are kept is never found, whatever the reuse: matches
+    ending on it are not counted against the gate, so a hot topic matched between them
+    stays kept (one object) past many windows."""
+    m = NativeMatcher()
+    for i in range(40):
+        m.subscribe(i, "big")  # 40 ids on one node: built on every match
+    m.subscribe(40, "small")
+    for _ in range(3 * matcher._native.RESULT_GATE_WINDOW):
+        assert len(m.match("big")) == 40
+        m.match("small")
+    assert m.match("small") is m.match("small") == {40}
+
+
 def test_tail_leaves_unfold_prune_and_compact() -> None:
     """Chains of literal words that end a pattern are one tail leaf: patterns through,
     beside, above or below a chain unfold it into nodes, removals free tails (the tail
