@@ -20,6 +20,9 @@ class Ids(AbstractSet[int]):
     def __hash__(self) -> int: ...
 
 NO_IDS: Ids
+#: Lookups per window of the kept results' gate, and matches a closed gate passes by.
+RESULT_GATE_WINDOW: int
+RESULT_GATE_BYPASS: int
 
 class NativeMatcher(Matcher):
     def __init__(self, dialect: str = "amqp", limits: Limits | None = None) -> None: ...
