@@ -1308,27 +1308,24 @@ class Core {
                 const size_t mask = edges_.size() - 1;
                 const Node* nodes = nodes_.data();
                 const bool known = w != UNKNOWN_WORD;
+                // A stepped child is written always and kept if wanted: no branch on it.
+                auto emit = [&](uint32_t c) {
+                    const bool kept = (c & keep) != 0;
+                    *out = c;
+                    out += kept;
+                    *reach_out = c;
+                    reach_out += kept & ((c & HAS_HASH) != 0);
+                };
                 for (uint32_t ref : level) {
                     if ((ref & HAS_KIDS) && known) {
                         uint32_t c = probe(edges, mask, ref & INDEX, w);
                         if (c & HAS_TAIL) {
                             reach_tail(c, i + 1);
-                        } else {  // written always, kept if wanted: no branch on it
-                            const bool kept = (c & keep) != 0;
-                            *out = c;
-                            out += kept;
-                            *reach_out = c;
-                            reach_out += kept & ((c & HAS_HASH) != 0);
+                        } else {
+                            emit(c);
                         }
                     }
-                    if (ref & HAS_STAR) {
-                        uint32_t c = nodes[ref & INDEX].star;
-                        const bool kept = (c & keep) != 0;
-                        *out = c;
-                        out += kept;
-                        *reach_out = c;
-                        reach_out += kept & ((c & HAS_HASH) != 0);
-                    }
+                    if (ref & HAS_STAR) emit(nodes[ref & INDEX].star);
                 }
             }
             next.resize(static_cast<size_t>(out - next.data()));
