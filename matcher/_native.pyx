@@ -75,6 +75,7 @@ cdef extern from "native_core.hpp" namespace "topicstore":
 
     cdef cppclass Ends:
         const uint32_t* data
+        const uint32_t* ids
         size_t size
 
     cdef cppclass ResultGate:
@@ -87,8 +88,8 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         uint32_t node_count()
         uint32_t hash_count()
         uint64_t version()
-        const uint32_t* ids_of(uint32_t)
-        uint32_t id_count(uint32_t)
+        uint32_t end_count(const Ends&, size_t)
+        const uint32_t* end_ids(const Ends&, size_t)
         ResultGate& result_gate()
         PyObject* cached(uint32_t)
         void keep_cached(uint32_t, PyObject*)
@@ -193,9 +194,8 @@ cdef extern from *:
             for (size_t j = 0; j < ends.size; ++j) {
                 uint32_t ref = ends.data[j];
                 if (ref & topicstore::HAS_IDS) {
-                    uint32_t node = ref & topicstore::INDEX;
-                    const uint32_t* p = core.ids_of(node);
-                    ids.insert(ids.end(), p, p + core.id_count(node));
+                    const uint32_t* p = core.end_ids(ends, j);
+                    ids.insert(ids.end(), p, p + core.end_count(ends, j));
                 }
             }
             ids.resize(start + topicstore_sort_ids(ids.data() + start, ids.size() - start));
@@ -594,7 +594,7 @@ cdef class _Core:
         cdef Ends ends
         cdef uint32_t ref, node, last = 0, count
         cdef uint32_t[8] holding  # COMBO_NODES: the end nodes with ids, sorted
-        cdef size_t holders = 0, total = 0, i, j, n
+        cdef size_t holders = 0, total = 0, i, j, n, at = 0
         cdef PyObject* cached
         cdef bint keeping  # the kept results are used (see ResultGate)
         cdef Ids result
@@ -622,31 +622,28 @@ cdef class _Core:
                         holding[j] = node
                     holders += 1
                     last = node
+                    at = i
             if holders == 0:
                 return NO_IDS
             keeping = holders <= COMBO_NODES and self.core.result_gate().open()
             if holders == 1:
                 if keeping:
-                    cached = self.core.cached(last)  # before reading the node itself
+                    cached = self.core.cached(last)  # before reading its ids
                     if cached != NULL:
                         self.core.result_gate().looked(True)
                         return <object>cached
-                total = self.core.id_count(last)
+                total = self.core.end_count(ends, at)
                 keeping = keeping and total <= CACHED_MAX
-            elif holders <= COMBO_NODES:
+            else:
                 if keeping:
                     cached = self.core.combo_get(holding, holders)
                     if cached != NULL:
                         self.core.result_gate().looked(True)
                         return <object>cached
-                for i in range(holders):
-                    total += self.core.id_count(holding[i])
-                keeping = keeping and total <= COMBO_IDS
-            else:
                 for i in range(n):
-                    ref = ends.data[i]
-                    if ref & HAS_IDS:
-                        total += self.core.id_count(ref & INDEX)
+                    if ends.data[i] & HAS_IDS:
+                        total += self.core.end_count(ends, i)
+                keeping = keeping and total <= COMBO_IDS
             if keeping:  # a result small enough to keep was not found: a miss for the gate
                 self.core.result_gate().looked(False)
             # Built under the guard: an Ids holds no Python references, so making one
@@ -654,11 +651,9 @@ cdef class _Core:
             result = _new_ids(total)
             out = result.ids
             for i in range(n):
-                ref = ends.data[i]
-                if ref & HAS_IDS:
-                    node = ref & INDEX
-                    count = self.core.id_count(node)
-                    memcpy(out, self.core.ids_of(node), count * sizeof(uint32_t))
+                if ends.data[i] & HAS_IDS:
+                    count = self.core.end_count(ends, i)
+                    memcpy(out, self.core.end_ids(ends, i), count * sizeof(uint32_t))
                     out += count
             _seal(result)
             if keeping and holders == 1:

@@ -7,6 +7,8 @@
 // table, and a miss in cache there is what a step costs (profiled). Words
 // are interned to 32-bit ids; literal edges are one open-addressing table keyed by
 // (parent, word id), so a step of the walk is a multiply, a mask and a compare of integers.
+// An edge also carries its child's ids field, so a walk ending on a literal child reads
+// its ids (or their vector's index) from the edge it probed, not from the node.
 // The id -> (node, pattern text) table is native too: nothing per subscription is a Python
 // object.
 //
@@ -50,7 +52,8 @@ constexpr uint32_t HAS_IDS = 1u << 29;
 constexpr uint32_t HAS_KIDS = 1u << 28;     // literal children
 constexpr uint32_t HAS_TAIL = 1u << 27;     // a tail leaf (see Node)
 constexpr uint32_t HAS_FEEDS = 1u << 26;    // a '#' node below (Core::feeds_)
-constexpr uint32_t INDEX = HAS_FEEDS - 1;   // the node index part of a reference
+constexpr uint32_t HAS_MANY = 1u << 25;     // two or more ids (Node::ids is an IdVec's index)
+constexpr uint32_t INDEX = HAS_MANY - 1;    // the node index part of a reference
 constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
 constexpr uint32_t MAX_NODES = INDEX;
 constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
@@ -216,11 +219,18 @@ struct Node {
 };
 static_assert(sizeof(Node) == 32, "two nodes a cache line");
 
+// A literal edge carries its child's `ids` field too (kept equal by Core::retag): a walk
+// that ends on a literal child reads its ids, or the index of its id vector, from the
+// edge it probed, not from the node. On a trie larger than the cache the end node's line
+// was a second dependent miss after the edge's (profiled: the scaled bench, 100,000
+// patterns, most topics ending on two such nodes).
 struct Edge {
     uint32_t parent;
     uint32_t word;
     uint32_t child;  // tagged reference; NO_NODE: free slot
+    uint32_t ids;    // the child's Node::ids
 };
+static_assert(sizeof(Edge) == 16, "four edges a cache line");
 
 struct IdSlot {
     uint32_t id;
@@ -273,9 +283,12 @@ struct NoInit : std::allocator<T> {
 };
 using Scratch = std::vector<uint32_t, NoInit<uint32_t>>;
 
-// What a walk ends on: `size` tagged node references from `data` (the walk's scratch).
+// What a walk ends on: `size` tagged node references from `data` and, for those holding
+// ids (HAS_IDS), their Node::ids in `ids` (the walk's scratch; read them through
+// Core::end_ids / end_count).
 struct Ends {
     const uint32_t* data;
+    const uint32_t* ids;
     size_t size;
 };
 
@@ -309,6 +322,8 @@ class ResultGate {
    public:
     static constexpr uint32_t WINDOW = 4096;
     static constexpr uint32_t BYPASS = 65536;
+    // Whether the tables are being passed by (open() says so and counts down).
+    bool bypassing() const { return skip_ != 0; }
     // Whether this match should use the tables (a match that should not counts down).
     bool open() {
         if (skip_ == 0) return true;
@@ -334,7 +349,7 @@ class Core {
         nodes_.emplace_back();
         nodes_[0].label = 0;  // the root: live, nobody's child
         feeds_.push_back(0);
-        edges_.assign(16, Edge{0, 0, NO_NODE});
+        edges_.assign(16, Edge{0, 0, NO_NODE, 0});
         idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
         wordslots_.assign(16, WordSlot{0, 0, 0});
     }
@@ -363,6 +378,16 @@ class Core {
         return n.nids <= 1 ? &n.ids : idvecs_[n.ids].data();
     }
     uint32_t id_count(uint32_t i) const { return nodes_[i].nids; }
+
+    // The ids of end `k` of a walk's `ends` (it has HAS_IDS): end_count(ends, k) of them from
+    // end_ids(ends, k). Reads no node: one id is in `ends` itself, more in the id vector
+    // whose index is there. Valid until the next walk or write.
+    uint32_t end_count(const Ends& ends, size_t k) const {
+        return ends.data[k] & HAS_MANY ? idvecs_[ends.ids[k]].size() : 1;
+    }
+    const uint32_t* end_ids(const Ends& ends, size_t k) const {
+        return ends.data[k] & HAS_MANY ? idvecs_[ends.ids[k]].data() : ends.ids + k;
+    }
 
     ResultGate& result_gate() { return gate_; }
 
@@ -447,7 +472,7 @@ class Core {
     }
 
     uint32_t child(uint32_t parent, uint32_t word) const {
-        return probe(edges_.data(), edges_.size() - 1, parent, word);
+        return probe(edges_.data(), edges_.size() - 1, parent, word)->child;
     }
 
     // One step of the walk from ``ref`` over word ``w``: its literal child and its '*'
@@ -466,11 +491,11 @@ class Core {
 
     // child() on a table the caller read once (the walk's loops push into vectors, so the
     // compiler cannot keep edges_'s pointer and size in registers across them by itself).
-    uint32_t probe(const Edge* edges, size_t mask, uint32_t parent, uint32_t word) const {
+    // The edge's slot, or a free slot (child NO_NODE) when there is no such edge.
+    const Edge* probe(const Edge* edges, size_t mask, uint32_t parent, uint32_t word) const {
         for (size_t i = edge_bucket(parent, word) & mask;; i = (i + 1) & mask) {
-            const Edge& e = edges[i];
-            if (e.child == NO_NODE) return NO_NODE;
-            if (e.parent == parent && e.word == word) return e.child;
+            const Edge* e = edges + i;
+            if (e->child == NO_NODE || (e->parent == parent && e->word == word)) return e;
         }
     }
 
@@ -478,7 +503,7 @@ class Core {
     uint32_t tags(uint32_t i) const {
         const Node& n = nodes_[i];
         return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
-               (n.nids ? HAS_IDS : 0) | (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0) |
+               (n.nids ? HAS_IDS : 0) | (n.nids >= 2 ? HAS_MANY : 0) | (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0) |
                (feeds_[i] ? HAS_FEEDS : 0);
     }
 
@@ -579,7 +604,7 @@ class Core {
                     next = new_node(cur, w);
                     ++words_[w].refs;
                     if (tail) nodes_[next].star = HAS_TAIL | new_tail(tokens + i + 1, rest);
-                    insert_edge(cur, w, next | (tail ? HAS_TAIL : 0));
+                    insert_edge(cur, w, next);
                     if (++nodes_[cur].nchildren == 1) retag(cur);
                     if (tail) {
                         cur = next;
@@ -606,7 +631,7 @@ class Core {
         insert_id(id, cur, ti, leaf.nids);
         push_id(leaf, id);  // may grow idvecs_, not nodes_: `leaf` stays valid
         drop_cached(cur);
-        if (leaf.nids == 1) retag(cur);
+        if (leaf.nids <= 2) retag(cur);  // HAS_IDS / HAS_MANY and Node::ids changed
         count_pattern(cur, 1);
         return true;
     }
@@ -625,7 +650,7 @@ class Core {
         if (last != id) find_id(last)->pos = pos;
         drop_cached(cur);
         if (ti != NO_TEXT && --texts_[ti].refs == 0) drop_text(leaf, ti);
-        if (leaf.nids == 0) retag(cur);
+        if (leaf.nids <= 1) retag(cur);  // HAS_IDS / HAS_MANY and Node::ids changed
         count_pattern(cur, -1);
         // Prune nodes left empty, bottom-up (the root stays).
         while (cur != 0 && nodes_[cur].empty()) {
@@ -771,6 +796,7 @@ class Core {
             uint32_t c = e.child & INDEX;
             if (!nodes_[c].live() || nodes_[c].parent != e.parent) return "edge target";
             if (e.child != (c | tags(c))) return "edge tag";
+            if (e.ids != nodes_[c].ids) return "edge ids";
             if (e.word >= words_.size() || words_[e.word].refs == 0) return "edge word";
             ++children[e.parent];
             ++wrefs[e.word];
@@ -936,6 +962,7 @@ class Core {
     std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
     Scratch level_, next_;
+    Scratch end_ids_;  // the ends' Node::ids (Ends::ids)
     Scratch reaching_;  // hash_walk: a level's stepped entries with a '#' child
     std::vector<uint32_t> active_, slot_of_, slot_word_, reached_, memo_touched_;
     std::vector<std::vector<uint32_t>> by_word_;  // per slot: children of active '#' nodes
@@ -979,30 +1006,54 @@ class Core {
         uint32_t* level = room(level_, 1);
         size_t count = 1;
         level[0] = root_ref_;
+        uint32_t* ids = room(end_ids_, 1);  // the last level's Node::ids (see Ends)
+        ids[0] = nodes_[0].ids;
         const Edge* edges = edges_.data();
         const size_t mask = edges_.size() - 1;
         for (size_t i = 0; i < n; ++i) {
             uint32_t w = words[i];
-            // A node is worth carrying to the next level only if it has edges to follow
-            // there, or, after the last word, ids.
-            uint32_t keep = i + 1 < n ? HAS_EDGES : HAS_IDS;
             uint32_t* next = room(*bufs[at ^ 1], 2 * count);
             size_t m = 0;
             const bool known = w != UNKNOWN_WORD;
             if (count > 1) prefetch_level(level, count, w);
-            for (size_t j = 0; j < count; ++j) {
-                uint32_t ref = level[j];
-                if ((ref & HAS_KIDS) && known) {
-                    uint32_t c = probe(edges, mask, ref & INDEX, w);
-                    if (c & HAS_TAIL) {
-                        reach_tail(c, i + 1);
-                    } else if (c & keep) {
-                        next[m++] = c;
+            if (i + 1 < n) {
+                // A node is worth carrying to the next level only if it has edges to follow.
+                for (size_t j = 0; j < count; ++j) {
+                    uint32_t ref = level[j];
+                    if ((ref & HAS_KIDS) && known) {
+                        uint32_t c = probe(edges, mask, ref & INDEX, w)->child;
+                        if (c & HAS_TAIL) {
+                            reach_tail(c, i + 1);
+                        } else if (c & HAS_EDGES) {
+                            next[m++] = c;
+                        }
+                    }
+                    if (ref & HAS_STAR) {
+                        uint32_t c = nodes_[ref & INDEX].star;
+                        if (c & HAS_EDGES) next[m++] = c;
                     }
                 }
-                if (ref & HAS_STAR) {
-                    uint32_t c = nodes_[ref & INDEX].star;
-                    if (c & keep) next[m++] = c;
+            } else {
+                // The last word: only nodes with ids count, and their ids come along, from
+                // the edge probed for a literal child (no read of the node), from the node
+                // for a '*' child. A tail leaf here has words left over: no match.
+                ids = room(end_ids_, 2 * count);
+                for (size_t j = 0; j < count; ++j) {
+                    uint32_t ref = level[j];
+                    if ((ref & HAS_KIDS) && known) {
+                        const Edge* e = probe(edges, mask, ref & INDEX, w);
+                        if ((e->child & (HAS_IDS | HAS_TAIL)) == HAS_IDS) {
+                            next[m] = e->child;
+                            ids[m++] = e->ids;
+                        }
+                    }
+                    if (ref & HAS_STAR) {
+                        uint32_t c = nodes_[ref & INDEX].star;
+                        if (c & HAS_IDS) {
+                            next[m] = c;
+                            ids[m++] = nodes_[c & INDEX].ids;
+                        }
+                    }
                 }
             }
             at ^= 1;
@@ -1012,18 +1063,18 @@ class Core {
         }
         if (!tail_ends_.empty()) {
             level = room(*bufs[at], count + tail_ends_.size());  // keeps the level's entries
-            count = tails_matched(words, n, level, count);
+            ids = room(end_ids_, count + tail_ends_.size());
+            count = tails_matched(words, n, level, ids, count);
         }
-        // The caller reads the end nodes that hold ids next, and the result kept for one
-        // (cached_): ask for all those lines at once.
+        // The caller reads the ends' id vectors next, and the result kept for one (cached_)
+        // while kept results are used: ask for all those lines at once.
+        const bool kept = !cached_.empty() && !gate_.bypassing();
         for (size_t j = 0; j < count; ++j) {
             uint32_t ref = level[j];
-            if (ref & HAS_IDS) {
-                __builtin_prefetch(&nodes_[ref & INDEX]);
-                if (!cached_.empty()) __builtin_prefetch(&cached_[cached_bucket(ref & INDEX)]);
-            }
+            if (ref & HAS_MANY) __builtin_prefetch(&idvecs_[ids[j]]);
+            if (kept && (ref & HAS_IDS)) __builtin_prefetch(&cached_[cached_bucket(ref & INDEX)]);
         }
-        return Ends{level, count};
+        return Ends{level, ids, count};
     }
 
     // `v`'s storage with room for at least `need` entries (it grows, never shrinks; its
@@ -1066,7 +1117,7 @@ class Core {
         const size_t mask = edges_.size() - 1;
         std::vector<uint32_t>* lists = by_word_.data();
         for (size_t slot = 0; slot < k; ++slot) {
-            uint32_t c = probe(edges, mask, h, slot_word[slot]);
+            uint32_t c = probe(edges, mask, h, slot_word[slot])->child;
             if (c != NO_NODE) lists[slot].push_back(c);
         }
     }
@@ -1130,7 +1181,7 @@ class Core {
             for (uint32_t j = m.done; j < len; ++j) {
                 uint32_t ref = list[j];
                 if ((ref & HAS_KIDS) && known) {
-                    *out = probe(edges, mask, ref & INDEX, w);
+                    *out = probe(edges, mask, ref & INDEX, w)->child;
                     out += *out != NO_NODE;
                 }
                 if (ref & HAS_STAR) *out++ = nodes[ref & INDEX].star;
@@ -1318,7 +1369,7 @@ class Core {
                 };
                 for (uint32_t ref : level) {
                     if ((ref & HAS_KIDS) && known) {
-                        uint32_t c = probe(edges, mask, ref & INDEX, w);
+                        uint32_t c = probe(edges, mask, ref & INDEX, w)->child;
                         if (c & HAS_TAIL) {
                             reach_tail(c, i + 1);
                         } else {
@@ -1351,12 +1402,18 @@ class Core {
         if (!tail_ends_.empty()) {
             size_t count = level.size();
             level.resize(count + tail_ends_.size());
-            level.resize(tails_matched(words, n, level.data(), count));
+            level.resize(tails_matched(words, n, level.data(), nullptr, count));
         }
-        return Ends{level.data(), level.size()};
+        // The ends' ids fields, from their nodes (the '#' walk's ends are reached through
+        // '#' nodes and memo lists, not from one probed edge each).
+        uint32_t* ids = room(end_ids_, level.size());
+        for (size_t j = 0; j < level.size(); ++j)
+            if (level[j] & HAS_IDS) ids[j] = nodes_[level[j] & INDEX].ids;
+        return Ends{level.data(), ids, level.size()};
     }
 
-    // Node `i`'s tags changed: rewrite the one reference to it (in its parent).
+    // Node `i`'s tags or ids field changed: rewrite the one reference to it (in its parent),
+    // and, in a literal edge, the ids mirror (see Edge).
     void retag(uint32_t i) {
         if (i == 0) {  // nobody's child: its reference is kept for the walks
             root_ref_ = tags(0);
@@ -1375,6 +1432,7 @@ class Core {
                      edges_[k].child != NO_NODE))
                 k = (k + 1) & mask;
             edges_[k].child = ref;
+            edges_[k].ids = n.ids;
         }
     }
 
@@ -1443,14 +1501,19 @@ class Core {
     }
 
     // Write after `out[:count]` the tail leaves reached whose tail is the rest of the topic
-    // (the caller made room for all of them), after asking for all their tails' lines at
-    // once; returns the new count.
-    size_t tails_matched(const uint32_t* words, size_t n, uint32_t* out, size_t count) const {
+    // (the caller made room for all of them), and their Node::ids at the same places of
+    // `ids` unless it is null, after asking for all their tails' lines at once; returns the
+    // new count.
+    size_t tails_matched(const uint32_t* words, size_t n, uint32_t* out, uint32_t* ids,
+                         size_t count) const {
         if (tail_ends_.size() > 1)
             for (const auto& t : tail_ends_)
                 __builtin_prefetch(tails_.data() + (nodes_[t.first & INDEX].star & INDEX));
         for (const auto& t : tail_ends_)
-            if (tail_matches(t.first, words + t.second, n - t.second)) out[count++] = t.first;
+            if (tail_matches(t.first, words + t.second, n - t.second)) {
+                if (ids != nullptr) ids[count] = nodes_[t.first & INDEX].ids;
+                out[count++] = t.first;
+            }
         return count;
     }
 
@@ -1499,13 +1562,13 @@ class Core {
         for (uint32_t w : words) {  // each word's ref moves from the tail to an edge
             uint32_t n = new_node(parent, label);
             nodes_[n].nchildren = 1;
-            insert_edge(parent, label, n | HAS_KIDS);
+            insert_edge(parent, label, n);
             parent = n;
             label = w;
         }
         nodes_[leaf].parent = parent;
         nodes_[leaf].label = label;
-        insert_edge(parent, label, leaf | tags(leaf));
+        insert_edge(parent, label, leaf);
         compact_tails();
     }
 
@@ -1649,16 +1712,17 @@ class Core {
 
     // -- edges -------------------------------------------------------------------------------
 
+    // The edge (parent, word) to node `c` (its reference and ids mirror taken from it).
     void insert_edge(uint32_t parent, uint32_t word, uint32_t c) {
         if ((edge_count_ + 1) * 4 > edges_.size() * 3) {
             std::vector<Edge> old;
             old.swap(edges_);
-            edges_.assign(old.size() * 2, Edge{0, 0, NO_NODE});
+            edges_.assign(old.size() * 2, Edge{0, 0, NO_NODE, 0});
             --edge_shift_;
             for (const Edge& e : old)
                 if (e.child != NO_NODE) place_edge(e);
         }
-        place_edge(Edge{parent, word, c});
+        place_edge(Edge{parent, word, c | tags(c), nodes_[c].ids});
         ++edge_count_;
     }
 
@@ -1681,7 +1745,7 @@ class Core {
                 i = j;
             }
         }
-        edges_[i] = Edge{0, 0, NO_NODE};
+        edges_[i] = Edge{0, 0, NO_NODE, 0};
         --edge_count_;
     }
 

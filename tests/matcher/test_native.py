@@ -475,6 +475,36 @@ def test_results_too_big_to_keep_do_not_close_the_gate() -> None:
     assert m.match("small") is m.match("small") == {40}
 
 
+def test_end_ids_read_from_edges_follow_every_count_change() -> None:
+    """A walk reads a literal end node's ids (one id, or its id vector's index) from the
+    edge it probed, not from the node: every write that moves a node between none, one and
+    several ids must rewrite that copy. Ends reached by a literal edge, a '*' edge, a tail
+    leaf and a '#' walk, each taken up to three ids and back down, in both kinds of walk;
+    the results are checked against the ids subscribed, and _check compares every edge's
+    copy with its node."""
+    for extra in ([], ["#.never"]):  # without and with '#' (the plain and the '#' walk)
+        m = NativeMatcher()
+        for sub_id, pattern in enumerate(extra, start=1_000):
+            m.subscribe(sub_id, pattern)
+        ends = {"a.b": "a.b", "s.*": "s.z", "t.u.v.w": "t.u.v.w", "h.#": "h.q.r"}
+        held: dict[str, set[int]] = {pattern: set() for pattern in ends}
+        next_id = 0
+        steps = [1, 1, 1, -1, -1, -1, 1, -1]  # 0 -> 1 -> 2 -> 3 -> 2 -> 1 -> 0 -> 1 -> 0
+        for step in steps:
+            for pattern, topic in ends.items():
+                if step > 0:
+                    m.subscribe(next_id, pattern)
+                    held[pattern].add(next_id)
+                    next_id += 1
+                else:
+                    assert m.unsubscribe(min(held[pattern]))
+                    held[pattern].discard(min(held[pattern]))
+                m._check()
+                for other, other_topic in ends.items():
+                    assert m.match(other_topic) == held[other], (step, other)
+                    assert list(m.match_ids([other_topic])[1]) == sorted(held[other])
+
+
 def test_tail_leaves_unfold_prune_and_compact() -> None:
     """Chains of literal words that end a pattern are one tail leaf: patterns through,
     beside, above or below a chain unfold it into nodes, removals free tails (the tail
