@@ -491,7 +491,7 @@ def test_end_ids_read_from_edges_follow_every_count_change() -> None:
         next_id = 0
         steps = [1, 1, 1, -1, -1, -1, 1, -1]  # 0 -> 1 -> 2 -> 3 -> 2 -> 1 -> 0 -> 1 -> 0
         for step in steps:
-            for pattern, topic in ends.items():
+            for pattern in ends:
                 if step > 0:
                     m.subscribe(next_id, pattern)
                     held[pattern].add(next_id)
