@@ -503,7 +503,8 @@ class Core {
     uint32_t tags(uint32_t i) const {
         const Node& n = nodes_[i];
         return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
-               (n.nids ? HAS_IDS : 0) | (n.nids >= 2 ? HAS_MANY : 0) | (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0) |
+               (n.nids ? HAS_IDS : 0) | (n.nids >= 2 ? HAS_MANY : 0) |
+               (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0) |
                (feeds_[i] ? HAS_FEEDS : 0);
     }
 
