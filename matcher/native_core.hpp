@@ -1065,7 +1065,9 @@ class Core {
         if (!tail_ends_.empty()) {
             level = room(*bufs[at], count + tail_ends_.size());  // keeps the level's entries
             ids = room(end_ids_, count + tail_ends_.size());
-            count = tails_matched(words, n, level, ids, count);
+            size_t before = count;
+            count = tails_matched(words, n, level, count);
+            ids_from_nodes(level, ids, before, count);
         }
         // The caller reads the ends' id vectors next, and the result kept for one (cached_)
         // while kept results are used: ask for all those lines at once.
@@ -1403,13 +1405,12 @@ class Core {
         if (!tail_ends_.empty()) {
             size_t count = level.size();
             level.resize(count + tail_ends_.size());
-            level.resize(tails_matched(words, n, level.data(), nullptr, count));
+            level.resize(tails_matched(words, n, level.data(), count));
         }
-        // The ends' ids fields, from their nodes (the '#' walk's ends are reached through
-        // '#' nodes and memo lists, not from one probed edge each).
+        // The '#' walk's ends are reached through '#' nodes and memo lists, not from one
+        // probed edge each: their ids fields come from the nodes.
         uint32_t* ids = room(end_ids_, level.size());
-        for (size_t j = 0; j < level.size(); ++j)
-            if (level[j] & HAS_IDS) ids[j] = nodes_[level[j] & INDEX].ids;
+        ids_from_nodes(level.data(), ids, 0, level.size());
         return Ends{level.data(), ids, level.size()};
     }
 
@@ -1502,20 +1503,22 @@ class Core {
     }
 
     // Write after `out[:count]` the tail leaves reached whose tail is the rest of the topic
-    // (the caller made room for all of them), and their Node::ids at the same places of
-    // `ids` unless it is null, after asking for all their tails' lines at once; returns the
-    // new count.
-    size_t tails_matched(const uint32_t* words, size_t n, uint32_t* out, uint32_t* ids,
-                         size_t count) const {
+    // (the caller made room for all of them), after asking for all their tails' lines at
+    // once; returns the new count.
+    size_t tails_matched(const uint32_t* words, size_t n, uint32_t* out, size_t count) const {
         if (tail_ends_.size() > 1)
             for (const auto& t : tail_ends_)
                 __builtin_prefetch(tails_.data() + (nodes_[t.first & INDEX].star & INDEX));
         for (const auto& t : tail_ends_)
-            if (tail_matches(t.first, words + t.second, n - t.second)) {
-                if (ids != nullptr) ids[count] = nodes_[t.first & INDEX].ids;
-                out[count++] = t.first;
-            }
+            if (tail_matches(t.first, words + t.second, n - t.second)) out[count++] = t.first;
         return count;
+    }
+
+    // ids[from:to] := the Node::ids of the ends level[from:to] that hold ids (Ends::ids),
+    // read from the nodes: for ends not reached through a probed edge.
+    void ids_from_nodes(const uint32_t* level, uint32_t* ids, size_t from, size_t to) const {
+        for (size_t j = from; j < to; ++j)
+            if (level[j] & HAS_IDS) ids[j] = nodes_[level[j] & INDEX].ids;
     }
 
     // Whether the topic's words after the one that reached tail leaf `ref` are its tail:
