@@ -67,6 +67,9 @@ cdef extern from "native_core.hpp" namespace "topicstore":
     cdef uint32_t COMBO_IDS
     cdef uint32_t GATE_WINDOW "topicstore::ResultGate::WINDOW"
     cdef uint32_t GATE_BYPASS "topicstore::ResultGate::BYPASS"
+    cdef int ROOM_NODES
+    cdef int ROOM_TAILS
+    cdef int ROOM_TEXT
 
     cdef cppclass Token:
         const char* data
@@ -100,6 +103,9 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         Ends walk(const uint32_t*, size_t, vector[uint32_t]*) except +
         bint add(uint32_t, const Token*, size_t, const char*, size_t) except +
         bint remove(uint32_t) except +
+        int room(size_t, size_t, size_t)
+        void usage(size_t*)
+        void lower_capacity(size_t, size_t, size_t)
         string check() except +
         PyObject* combo_get(const uint32_t*, uint32_t)
         void combo_put(const uint32_t*, uint32_t, uint64_t, PyObject*)
@@ -400,6 +406,13 @@ cdef inline object _pattern(Core* core, uint32_t sub_id):
     return data[:size].decode("utf-8", "strict")
 
 
+cdef inline size_t _utf8_size(str text) except? 0:
+    """Bytes of ``text`` in UTF-8 (kept in the str: indexing it asks again)."""
+    cdef Py_ssize_t size
+    PyUnicode_AsUTF8AndSize(text, &size)
+    return size
+
+
 cdef inline bint _has(Core* core, uint32_t sub_id):
     return core.has(sub_id)
 
@@ -522,6 +535,9 @@ cdef class _Core:
         cdef int64_t prev = -1
         cdef int32_t start, end
         cdef vector[Token] spec
+        cdef size_t tokens = 0
+        cdef bint careful
+        cdef vector[uint32_t] added
         if offsets.shape[0] != n + 1:
             raise ValueError("offsets must hold one more entry than ids")
         if n == 0:
@@ -541,13 +557,19 @@ cdef class _Core:
                     return -1
                 if _has(self.core, <uint32_t>ids[i]):
                     return -1
+                tokens += spec.size()
             self._check_room(n, True)
-            # Everything is valid: index (nothing below raises but MemoryError).
+            careful = self.core.room(n, tokens, offsets[n] - offsets[0]) != 0
+            # Everything is valid: index (nothing below raises but MemoryError, and
+            # CapacityError with the batch undone when it is `careful`).
             self._enter()
             try:
                 for i in range(n):
                     start, end = offsets[i], offsets[i + 1]
                     self._raw_tokens(text + start, end - start, spec, False)
+                    if careful:
+                        self._fit_one(spec.size(), end - start, added)
+                        added.push_back(<uint32_t>ids[i])
                     self.core.add(<uint32_t>ids[i], spec.data(), spec.size(), text + start,
                                   end - start)
             finally:
@@ -738,7 +760,7 @@ cdef class _Core:
 
     cdef bint _index(self, uint32_t sub_id, tuple tokens, str pattern) except -1:
         """Index one validated subscription (canonical ``tokens``); False if the id is
-        already there."""
+        already there. The caller checked the write fits (``_check_fit``)."""
         cdef vector[Token] spec
         cdef Token t
         cdef Py_ssize_t size
@@ -777,6 +799,7 @@ cdef class _Core:
                     f"subscription {sub_id} already has pattern {text!r}, not {pattern!r}",
                 )
             self._check_room(1, False)
+            self._check_fit(1, spec.size(), PyUnicode_GET_LENGTH(pattern))
             self._enter()
             try:
                 self.core.add(key, spec.data(), spec.size(),
@@ -786,6 +809,7 @@ cdef class _Core:
         return True
 
     cdef int _check_room(self, Py_ssize_t more, bint bulk) except -1:
+        """Refuse (CapacityError) ``more`` subscriptions past ``max_subscriptions``."""
         cdef Py_ssize_t limit = self.max_subscriptions
         if self.core.size() + more > limit:
             if not bulk:
@@ -799,6 +823,61 @@ cdef class _Core:
             )
         return 0
 
+    cdef int _fit_one(self, size_t tokens, size_t text_bytes,
+                      vector[uint32_t]& added) except -1:
+        """Before indexing one item of a batch that might not fit as a whole: refuse
+        (CapacityError) the item if it might not, after withdrawing the batch's items
+        indexed before it (``added``), so that a refused batch leaves every subscription
+        as it was. (A concurrent match may have seen some of them meanwhile, as it may see
+        a batch's items before the batch returns.) Called under the guard."""
+        cdef size_t k
+        try:
+            self._check_fit(1, tokens, text_bytes)
+        except CapacityError:
+            for k in range(added.size()):
+                self.core.remove(added[added.size() - 1 - k])
+            added.clear()
+            raise
+        return 0
+
+    cdef int _check_fit(self, size_t items, size_t tokens, size_t text_bytes) except -1:
+        """Refuse (CapacityError) a write of ``items`` patterns, ``tokens`` tokens and
+        ``text_bytes`` bytes in all that might not fit the structure's fixed capacities
+        (``capacity()``; ``Core::room`` says how the bound is counted)."""
+        cdef int full = self.core.room(items, tokens, text_bytes)
+        if full == 0:
+            return 0
+        cdef size_t use[6]
+        self.core.usage(use)
+        code, what, at = {
+            ROOM_NODES: ("too_many_trie_nodes", "trie nodes", 0),
+            ROOM_TAILS: ("too_many_tail_words", "tail words", 2),
+            ROOM_TEXT: ("too_much_pattern_text", "text bytes (of patterns not spelled as indexed)", 4),
+        }[full]
+        raise CapacityError(
+            code,
+            f"the native engine holds at most {use[at + 1]} {what} and {use[at]} are in use: "
+            f"a pattern of {tokens} tokens might not fit",
+        )
+
+    def capacity(self):
+        """(used, capacity) of the structure's fixed capacities: ``trie_nodes`` (root
+        included), ``tail_words`` (a tail leaf's words and count) and ``text_bytes``
+        (pattern texts stored beside the path, e.g. MQTT's). Past one, writes raise
+        ``CapacityError``."""
+        cdef size_t use[6]
+        self.core.usage(use)
+        return {
+            "trie_nodes": (use[0], use[1]),
+            "tail_words": (use[2], use[3]),
+            "text_bytes": (use[4], use[5]),
+        }
+
+    def _lower_capacity(self, size_t nodes, size_t tail_words, size_t text_bytes):
+        """Lower the fixed capacities (never above the structure's own): for tests, which
+        reach them with thousands of patterns."""
+        self.core.lower_capacity(nodes, tail_words, text_bytes)
+
     cdef Py_ssize_t _fast_subscribe_many(self, items, object lock) except -1:
         """``Matcher.subscribe_many``, all or nothing: every item validated (plainly valid
         AMQP patterns in C, the rest by ``grammar``) and checked against the table and the
@@ -806,7 +885,9 @@ cdef class _Core:
         cdef vector[Token] spec
         cdef dict batch = {}
         cdef dict tokens = {}  # of the items the general path validated
-        cdef bint fast
+        cdef bint fast, careful
+        cdef size_t ntokens = 0, nbytes = 0, size
+        cdef vector[uint32_t] added
         with lock:
             for sub_id, pattern in items:
                 check_sub_id(sub_id)
@@ -824,20 +905,36 @@ cdef class _Core:
                         f"subscription {sub_id} already has pattern {text!r}, not {pattern!r}",
                     )
                 batch[sub_id] = pattern
-                if not fast:
+                if fast:
+                    ntokens += spec.size()
+                else:
                     tokens[sub_id] = canonical(self.dialect_.tokens_of(pattern, self.limits_))
+                    ntokens += len(tokens[sub_id])
+                nbytes += _utf8_size(pattern)
             self._check_room(len(batch), True)
-            # Everything is valid: index (nothing below raises but MemoryError).
+            careful = self.core.room(len(batch), ntokens, nbytes) != 0
+            # Everything is valid: index (nothing below raises but MemoryError, and
+            # CapacityError with the batch undone when it is `careful`).
             for sub_id, pattern in batch.items():
                 if sub_id in tokens:
+                    if careful:
+                        self._enter()
+                        try:
+                            self._fit_one(len(tokens[sub_id]), _utf8_size(pattern), added)
+                        finally:
+                            self._leave()
+                        added.push_back(<uint32_t>sub_id)
                     self._index(sub_id, tokens[sub_id], pattern)
                 else:
                     self._fast_tokens(pattern, spec)
+                    size = PyUnicode_GET_LENGTH(pattern)
                     self._enter()
                     try:
+                        if careful:
+                            self._fit_one(spec.size(), size, added)
+                            added.push_back(<uint32_t>sub_id)
                         self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
-                                      <const char*>PyUnicode_DATA(pattern),
-                                      PyUnicode_GET_LENGTH(pattern))
+                                      <const char*>PyUnicode_DATA(pattern), size)
                     finally:
                         self._leave()
         return len(batch)
@@ -950,12 +1047,10 @@ class NativeMatcher(_Core, Matcher):
         return (<_Core>self)._subscribe_arrays(ids, offsets, data, self._write_lock)
 
     def _add(self, sub_id, tokens, pattern):
-        (<_Core>self)._index(sub_id, canonical(tokens), pattern)
-
-    def _add_many(self, items):
         cdef _Core core = <_Core>self
-        for sub_id, tokens, pattern in items:
-            core._index(sub_id, canonical(tokens), pattern)
+        tokens = canonical(tokens)
+        core._check_fit(1, len(tokens), _utf8_size(pattern))
+        core._index(sub_id, tokens, pattern)
 
     def _remove(self, sub_id, tokens):
         # Usually a no-op: the table's pop already withdrew it (see _PatternTable).

@@ -34,6 +34,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -55,7 +56,11 @@ constexpr uint32_t HAS_FEEDS = 1u << 26;    // a '#' node below (Core::feeds_)
 constexpr uint32_t HAS_MANY = 1u << 25;     // two or more ids (Node::ids is an IdVec's index)
 constexpr uint32_t INDEX = HAS_MANY - 1;    // the node index part of a reference
 constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
-constexpr uint32_t MAX_NODES = INDEX;
+constexpr uint32_t MAX_NODES = INDEX;       // nodes a trie can hold, root included
+constexpr uint32_t TAIL_AT = HAS_TAIL - 1;  // a tail leaf's offset in Core::tails_ (see Node)
+constexpr uint32_t MAX_TAIL_ENTRIES = TAIL_AT;  // tails_ entries: offsets below TAIL_AT
+constexpr uint32_t MAX_TEXT_BYTES = UINT32_MAX;  // the text arena (32-bit Text offsets)
+enum Room { ROOM_NODES = 1, ROOM_TAILS = 2, ROOM_TEXT = 3 };  // Core::room's answers
 constexpr uint32_t EMPTY_SLOT = 0xFFFFFFFFu;  // id table: free slot
 constexpr uint32_t UNKNOWN_WORD = 0xFFFFFFFFu;  // a topic word no pattern names
 constexpr uint32_t STAR = 0xFFFFFFFEu;        // token / edge label of '*'
@@ -213,6 +218,7 @@ struct Node {
     bool is_hash() const { return label == HASH; }
     bool is_tail() const { return !is_hash() && (star & HAS_TAIL); }
     uint32_t star_ref() const { return is_hash() || (star & HAS_TAIL) ? NO_NODE : star; }
+    uint32_t tail_at() const { return star & TAIL_AT; }  // a tail leaf's words' offset
     bool empty() const {
         return nids == 0 && nchildren == 0 && star_ref() == NO_NODE && hash == NO_NODE;
     }
@@ -371,6 +377,44 @@ class Core {
     uint32_t max_tail() const { return max_tail_; }
     uint64_t version() const { return version_; }
     const Node& node(uint32_t i) const { return nodes_[i]; }
+
+    // -- capacity ----------------------------------------------------------------------------
+
+    // Whether adding `items` patterns of `tokens` tokens and `text_bytes` text bytes in all
+    // surely fits the structure's fixed capacities: ROOM_NODES, ROOM_TAILS or ROOM_TEXT for
+    // the first that it might not, or 0. A writer asks before add() (which throws midway
+    // past a capacity). The bounds are safe: each token makes at most one node, at once or
+    // when a tail holding it unfolds; besides, each item may unfold one tail leaf it finds
+    // (max_tail() words at most, and no more than the tails hold); a new tail takes at most
+    // its pattern's tokens entries; a stored text at most its bytes. Space left by removed
+    // tails and texts counts as free (the arenas are compacted when a write needs it).
+    // For one item they are tight to a few hundred nodes; for a batch, counting every token
+    // as a node is far above what a trie of tails needs, so a batch that fails the bound
+    // is indexed checking item by item (and undone if one fails: see _native.pyx). O(1).
+    int room(size_t items, size_t tokens, size_t text_bytes) const {
+        size_t live_tails = tails_.size() - tail_garbage_;
+        size_t unfolded = std::min(live_tails, items * static_cast<size_t>(max_tail_));
+        if (node_count_ + tokens + unfolded > max_nodes_) return ROOM_NODES;
+        if (live_tails + tokens > max_tail_entries_) return ROOM_TAILS;
+        if (arena_.size() - garbage_ + text_bytes > max_text_bytes_) return ROOM_TEXT;
+        return 0;
+    }
+    // (used, capacity) of each: trie nodes (root included), tail entries, text bytes.
+    void usage(size_t out[6]) const {
+        out[0] = node_count_;
+        out[1] = max_nodes_;
+        out[2] = tails_.size() - tail_garbage_;
+        out[3] = max_tail_entries_;
+        out[4] = arena_.size() - garbage_;
+        out[5] = max_text_bytes_;
+    }
+    // Lower the capacities (never above the structure's own): for tests, which reach a
+    // capacity with thousands of patterns, not tens of millions.
+    void lower_capacity(size_t nodes, size_t tail_entries, size_t text_bytes) {
+        max_nodes_ = std::min<size_t>(nodes, MAX_NODES);
+        max_tail_entries_ = std::min<size_t>(tail_entries, MAX_TAIL_ENTRIES);
+        max_text_bytes_ = std::min<size_t>(text_bytes, MAX_TEXT_BYTES);
+    }
 
     // The ids of node `i` (nodes_[i].nids of them). Valid until the next write.
     const uint32_t* ids_of(uint32_t i) const {
@@ -696,7 +740,7 @@ class Core {
             if (n.is_hash() && n.hash != NO_NODE) return "non-canonical";
             if (n.is_hash() && n.star > epoch_) return "stamp from a future walk";
             if (n.is_tail()) {
-                uint32_t at = n.star & INDEX;
+                uint32_t at = n.tail_at();
                 if (n.nids == 0 || n.nchildren != 0 || n.hash != NO_NODE || n.label >= words_.size())
                     return "tail leaf with children or without ids";
                 if (at >= tails_.size() || tails_[at] == 0 || at + tails_[at] >= tails_.size())
@@ -847,6 +891,9 @@ class Core {
     size_t garbage_ = 0;
 
     uint32_t new_text(const char* text, size_t tlen) {
+        if (arena_.size() + tlen > max_text_bytes_) compact_arena();
+        // room() said it fits: a write that gets here broke that promise.
+        if (arena_.size() + tlen > max_text_bytes_) throw std::length_error("text arena full");
         uint32_t ti = free_text_;
         if (ti != NO_TEXT) {
             free_text_ = texts_[ti].next;
@@ -856,7 +903,6 @@ class Core {
         }
         texts_[ti] = Text{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(tlen), 0,
                           NO_TEXT};
-        if (arena_.size() + tlen > UINT32_MAX) throw std::length_error("text arena full");
         arena_.append(text, tlen);
         return ti;
     }
@@ -892,7 +938,7 @@ class Core {
             else out.append(words_[label].text);
         }
         if (i_tail != NO_NODE) {
-            uint32_t at = nodes_[i_tail].star & INDEX;
+            uint32_t at = nodes_[i_tail].tail_at();
             for (uint32_t k = 1; k <= tails_[at]; ++k) {
                 out.push_back('.');
                 out.append(words_[tails_[at + k]].text);
@@ -921,20 +967,25 @@ class Core {
         garbage_ += texts_[ti].len;
         texts_[ti] = Text{0, 0, 0, free_text_};
         free_text_ = ti;
-        if (garbage_ > 4096 && garbage_ * 2 > arena_.size()) {
-            std::string fresh;
-            fresh.reserve(arena_.size() - garbage_);
-            for (Text& t : texts_)
-                if (t.refs != 0) {
-                    uint32_t off = static_cast<uint32_t>(fresh.size());
-                    fresh.append(arena_, t.off, t.len);
-                    t.off = off;
-                }
-            arena_.swap(fresh);
-            garbage_ = 0;
-        }
+        if (garbage_ > 4096 && garbage_ * 2 > arena_.size()) compact_arena();
     }
 
+    // Copy the live texts to a fresh arena: O(texts).
+    void compact_arena() {
+        std::string fresh;
+        fresh.reserve(arena_.size() - garbage_);
+        for (Text& t : texts_)
+            if (t.refs != 0) {
+                uint32_t off = static_cast<uint32_t>(fresh.size());
+                fresh.append(arena_, t.off, t.len);
+                t.off = off;
+            }
+        arena_.swap(fresh);
+        garbage_ = 0;
+    }
+
+    size_t max_nodes_ = MAX_NODES, max_tail_entries_ = MAX_TAIL_ENTRIES;  // (lower_capacity)
+    size_t max_text_bytes_ = MAX_TEXT_BYTES;
     std::vector<Node> nodes_;
     // Per node: the patterns whose last '#' is below it (the walk's HAS_FEEDS tag).
     std::vector<uint32_t> feeds_;
@@ -1444,7 +1495,8 @@ class Core {
             i = free_nodes_.back();
             free_nodes_.pop_back();
         } else {
-            if (nodes_.size() >= MAX_NODES) throw std::length_error("too many trie nodes");
+            // room() said it fits: a write that gets here broke that promise.
+            if (nodes_.size() >= max_nodes_) throw std::length_error("too many trie nodes");
             i = static_cast<uint32_t>(nodes_.size());
             nodes_.emplace_back();
             feeds_.push_back(0);
@@ -1459,7 +1511,7 @@ class Core {
     // The last '#' node of the pattern ending at `leaf` (0: it has none), and in `*tail`
     // the tokens after it (all of them without one). O(depth).
     uint32_t last_hash(uint32_t leaf, uint32_t* tail) const {
-        uint32_t n = nodes_[leaf].is_tail() ? tails_[nodes_[leaf].star & INDEX] : 0;
+        uint32_t n = nodes_[leaf].is_tail() ? tails_[nodes_[leaf].tail_at()] : 0;
         uint32_t h = leaf;
         for (; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++n;
         *tail = n;
@@ -1508,7 +1560,7 @@ class Core {
     size_t tails_matched(const uint32_t* words, size_t n, uint32_t* out, size_t count) const {
         if (tail_ends_.size() > 1)
             for (const auto& t : tail_ends_)
-                __builtin_prefetch(tails_.data() + (nodes_[t.first & INDEX].star & INDEX));
+                __builtin_prefetch(tails_.data() + nodes_[t.first & INDEX].tail_at());
         for (const auto& t : tail_ends_)
             if (tail_matches(t.first, words + t.second, n - t.second)) out[count++] = t.first;
         return count;
@@ -1525,7 +1577,7 @@ class Core {
     // then it is an end node. A tail leaf has no '#' above it, so it is reached only at
     // one position of a walk, from its one parent, and this check is the whole rest.
     bool tail_matches(uint32_t ref, const uint32_t* rest, size_t nrest) const {
-        const uint32_t* t = tails_.data() + (nodes_[ref & INDEX].star & INDEX);
+        const uint32_t* t = tails_.data() + nodes_[ref & INDEX].tail_at();
         if (t[0] != nrest) return false;
         for (size_t k = 0; k < nrest; ++k)
             if (t[k + 1] != rest[k]) return false;
@@ -1534,7 +1586,7 @@ class Core {
 
     // Whether the literal `tokens[:n]` are tail leaf `leaf`'s tail.
     bool same_tail(uint32_t leaf, const Token* tokens, size_t n) const {
-        const uint32_t* t = tails_.data() + (nodes_[leaf].star & INDEX);
+        const uint32_t* t = tails_.data() + nodes_[leaf].tail_at();
         if (t[0] != n) return false;
         for (size_t k = 0; k < n; ++k)
             if (tokens[k].kind != 0 || word_id(tokens[k].data, tokens[k].size) != t[k + 1])
@@ -1543,8 +1595,10 @@ class Core {
     }
 
     uint32_t new_tail(const Token* tokens, size_t n) {
+        if (tails_.size() + n + 1 > max_tail_entries_) compact_tails(true);
         size_t at = tails_.size();
-        if (at + n + 1 > INDEX) throw std::length_error("tail arena full");
+        // room() said it fits: a write that gets here broke that promise.
+        if (at + n + 1 > max_tail_entries_) throw std::length_error("tail arena full");
         tails_.push_back(static_cast<uint32_t>(n));
         for (size_t k = 0; k < n; ++k) {
             uint32_t w = intern(tokens[k].data, tokens[k].size);
@@ -1557,7 +1611,7 @@ class Core {
     // Tail leaf `leaf` becomes a chain of ordinary nodes (a new pattern goes through or
     // beside it); the leaf keeps its index (the id table points at it) at the chain's end.
     void unfold(uint32_t leaf) {
-        uint32_t at = nodes_[leaf].star & INDEX;
+        uint32_t at = nodes_[leaf].tail_at();
         std::vector<uint32_t> words(tails_.begin() + at + 1, tails_.begin() + at + 1 + tails_[at]);
         tail_garbage_ += 1 + words.size();
         nodes_[leaf].star = NO_NODE;
@@ -1578,7 +1632,7 @@ class Core {
 
     // Tail leaf `i` is being freed: release its words and its entries.
     void drop_tail(uint32_t i) {
-        uint32_t at = nodes_[i].star & INDEX;
+        uint32_t at = nodes_[i].tail_at();
         uint32_t n = tails_[at];
         for (uint32_t k = 1; k <= n; ++k) release_word(tails_[at + k]);
         tail_garbage_ += 1 + n;
@@ -1586,15 +1640,16 @@ class Core {
         compact_tails();
     }
 
-    // Once unused entries fill half of tails_, copy the live ones (amortized O(1) per
-    // entry freed; O(nodes) to find the leaves).
-    void compact_tails() {
-        if (tail_garbage_ <= 4096 || tail_garbage_ * 2 <= tails_.size()) return;
+    // Once unused entries fill half of tails_ (or, `force`d, when a new tail would not fit
+    // beside them), copy the live ones (amortized O(1) per entry freed; O(nodes) to find
+    // the leaves).
+    void compact_tails(bool force = false) {
+        if (!force && (tail_garbage_ <= 4096 || tail_garbage_ * 2 <= tails_.size())) return;
         std::vector<uint32_t> fresh;
         fresh.reserve(tails_.size() - tail_garbage_);
         for (Node& n : nodes_) {
             if (!n.live() || !n.is_tail()) continue;
-            uint32_t at = n.star & INDEX;
+            uint32_t at = n.tail_at();
             n.star = HAS_TAIL | static_cast<uint32_t>(fresh.size());
             fresh.insert(fresh.end(), tails_.begin() + at, tails_.begin() + at + 1 + tails_[at]);
         }

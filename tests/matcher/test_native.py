@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import matcher._native
-from matcher import Limits, MatcherError, create_matcher
+from matcher import CapacityError, Limits, MatcherError, create_matcher
 from matcher._native import Ids, NativeMatcher
+from matcher.base import Matcher
 from matcher.grammar import AMQP, pattern_matches
 
 
@@ -541,3 +542,121 @@ def test_tail_leaves_unfold_prune_and_compact() -> None:
         assert many.unsubscribe(i)
     many._check()  # the tail arena compacted; its accounting holds
     assert sorted(many.match("t4500.x.y.z")) == [4500] and not many.match("t4500.x.y")
+
+
+def _columns(items: list[tuple[int, str]]) -> tuple[object, object, object]:
+    """``subscribe_arrays``'s arguments for ``items``."""
+    import numpy as np
+
+    data = "".join(p for _, p in items).encode()
+    offsets = np.cumsum([0, *(len(p.encode()) for _, p in items)]).astype(np.int32)
+    return np.array([i for i, _ in items], np.int64), offsets, np.frombuffer(data, np.uint8)
+
+
+@pytest.mark.parametrize("path", ["subscribe", "general", "many", "mixed", "arrays"])
+@pytest.mark.parametrize(
+    ("capacity", "code", "pattern"),
+    [
+        # 12 literal words each: one node and a tail of 12 entries (11 words and a count);
+        # a batch of these fails the batch bound (every token a node) long before the
+        # node capacity, and is indexed checking item by item.
+        ("trie_nodes", "too_many_trie_nodes", "{i}.*.a.b.c.d.e.f.g.h.i.j"),
+        ("tail_words", "too_many_tail_words", "{i}.a.b.c.d.e.f.g.h.i.j.k"),
+        # '#.#' is indexed as '#': the text differs from its path's and is stored.
+        ("text_bytes", "too_much_pattern_text", "{i}.#.#.{i}"),
+    ],
+)
+def test_fixed_capacities_refuse_a_write_whole(
+    path: str, capacity: str, code: str, pattern: str
+) -> None:
+    """Past a fixed capacity of the structure (trie nodes, tail words, stored text; lowered
+    here so that thousands of patterns reach it) every write path refuses with a
+    CapacityError naming the capacity; a refused write, a batch included, leaves every
+    subscription as it was, the structure checks out, and writes that fit still go in."""
+    m = NativeMatcher("amqp")
+    lowered = {"trie_nodes": 3_000, "tail_words": 10_000, "text_bytes": 10_000}
+    big = 1 << 40
+    m._lower_capacity(*(lowered[name] if name == capacity else big for name in m.capacity()))
+    naive = create_matcher("naive", "amqp")
+
+    def write(items: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """Write ``items`` down ``path``; returns them as written."""
+        if path == "subscribe":
+            for sub_id, text in items:
+                m.subscribe(sub_id, text)
+        elif path == "general":  # the validating path: a non-canonical spelling
+            for sub_id, text in items:
+                Matcher.subscribe(m, sub_id, text)
+        elif path == "many":
+            m.subscribe_many(items)
+        elif path == "mixed":  # one item on the general path (not ASCII) beside the rest
+            items = [*items[:-1], (items[-1][0], items[-1][1] + ".é")]
+            m.subscribe_many(items)
+        else:
+            assert m.subscribe_arrays(*_columns(items)) == len(items)
+        return items
+
+    size = 1 if path in ("subscribe", "general") else 50  # items per write
+    sub_id = 0
+    refused = None
+    while refused is None:
+        batch = [(sub_id + k, pattern.format(i=sub_id + k)) for k in range(size)]
+        try:
+            naive.subscribe_many(write(batch))
+        except CapacityError as e:
+            refused = e
+        else:
+            sub_id += len(batch)
+        assert sub_id < 100_000, "never refused"
+    assert refused.code == code and capacity.replace("_", " ") in str(refused), refused
+    used, limit = m.capacity()[capacity]
+    assert used <= limit == lowered[capacity]
+    assert sub_id >= 50 and dict(m.subscriptions()) == dict(naive.subscriptions())
+    assert sub_id not in m
+    m._check()
+    for k in range(0, sub_id, 7):
+        topic = pattern.format(i=k).replace("*", "x").replace("#.#", "y.z")
+        assert m.match(topic) == naive.match(topic), topic
+    # Space freed counts again: half gone, the refused batch goes in.
+    for k in range(0, sub_id, 2):
+        assert m.unsubscribe(k) and naive.unsubscribe(k)
+    naive.subscribe_many(write([(sub_id + k, pattern.format(i=sub_id + k)) for k in range(size)]))
+    assert dict(m.subscriptions()) == dict(naive.subscriptions())
+    m._check()
+
+
+def test_a_new_tail_or_text_compacts_its_arena_when_it_would_not_fit() -> None:
+    """Removed tails and texts leave garbage that is compacted lazily (once it is half the
+    arena and over 4 KiB): a write that would not fit beside the garbage compacts first,
+    as the capacity check counted the garbage as free."""
+    m = NativeMatcher("amqp")
+    m._lower_capacity(1 << 40, 5_000, 5_000)
+    m.subscribe_many((i, f"t{i}.x.y.z") for i in range(1_200))  # 4 tail entries each
+    m.subscribe_many((10_000 + i, f"s{i}.#.#") for i in range(600))  # 4,690 text bytes
+    for i in range(1_000):
+        assert m.unsubscribe(i)
+    for i in range(500):
+        assert m.unsubscribe(10_000 + i)
+    assert m.capacity()["tail_words"][0] == 800 and m.capacity()["text_bytes"][0] == 800
+    m.subscribe_many((2_000 + i, f"u{i}.x.y.z") for i in range(1_000))
+    m.subscribe_many((20_000 + i, f"v{i}.#.#") for i in range(500))
+    m._check()
+    assert sorted(m.match("u999.x.y.z")) == [2_999] and sorted(m.match("v5.a")) == [20_005]
+
+
+def test_long_tails_reach_past_a_node_reference_index() -> None:
+    """Tail leaves hold a pattern's literal words after its last branch: 270,000 patterns
+    of 125 words fill 33.75M tail entries, more than a node reference can index (2**25).
+    Tail offsets have 27 bits: all of them are indexed (before, a RuntimeError left a
+    half-applied batch behind)."""
+    m = NativeMatcher("amqp")
+    words = ".".join(["w"] * 124)
+    n = 270_000
+    m.subscribe_many((i, f"u{i}.{words}") for i in range(n))
+    used, limit = m.capacity()["tail_words"]
+    assert used == n * 125 > 2**25 and limit == 2**27 - 1
+    assert m.capacity()["trie_nodes"][0] == n + 1
+    for i in (0, 1, n // 2, n - 1):
+        assert list(m.match(f"u{i}.{words}")) == [i]
+    assert not m.match(f"u{n - 1}.{words[2:]}.x") and not m.match(f"u{n - 1}")
+    m._check()
