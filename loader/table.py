@@ -259,6 +259,20 @@ class RoutingTable:
             sizes[(tenant, HEADERS_DIALECT)] = len(headers)
         return {key: size for key, size in sizes.items() if size}
 
+    def capacity_fill(self) -> dict[str, float]:
+        """Per fixed capacity of the answering engine (``NativeMatcher.capacity()``: trie
+        nodes, tail words, text bytes), the fullest matcher's used share, 0 to 1; empty for
+        an engine without such capacities. O(tenants x dialects) (the metrics scrape calls
+        it: past 1, that matcher's writes are refused)."""
+        fill: dict[str, float] = {}
+        for matchers in tuple(self._topic.values()):
+            capacity = getattr(matchers[self._primary], "capacity", None)
+            if capacity is None:
+                continue
+            for name, (used, limit) in capacity().items():
+                fill[name] = max(fill.get(name, 0.0), used / limit)
+        return fill
+
     def deliver(self, tenant: str, ids: Iterable[int], key: str) -> Delivery:
         """Who of a match's ``ids`` receives the message: the ungrouped ones plus one
         member per group (``loader.groups``; ``key`` for the ``hash`` policy)."""

@@ -181,3 +181,12 @@ class ServiceCollector(Collector):
             yield GaugeMetricFamily(
                 "topicstore_change_lag", "Committed changes not yet applied", value=loader.lag()
             )
+        fill = GaugeMetricFamily(
+            "topicstore_engine_capacity_fill",
+            "The fullest matcher's share of each fixed capacity of the answering engine "
+            "(at 1 its writes are refused)",
+            labels=["capacity"],
+        )
+        for name, share in sorted(table.capacity_fill().items()):
+            fill.add_metric([name], share)
+        yield fill

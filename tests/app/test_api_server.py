@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from bench.server import Server, service_environment, start_server, topicstore_command
+from matcher._native import NativeMatcher
 from migrations.runner import upgrade
 from store import Database, DatabaseLockedError, NewSubscription, SubscriptionRepository
 from tests.app.conftest import (
@@ -71,6 +72,15 @@ def test_startup_loads_the_store_then_is_ready_with_no_lag(
     assert 'topicstore_http_requests_total{method="GET",route="/v1/match",status="200"} 1.0' in (
         metrics
     )
+    # The answering engine's fixed capacities, filled as the same patterns fill them here.
+    same = NativeMatcher()
+    same.subscribe_many((i, f"boot.{i - 1}.#") for i in range(1, 41))
+    assert same.capacity()["trie_nodes"][0] == 82  # root, boot, and 'i' and '#' each
+    for name, (used, limit) in same.capacity().items():
+        series = re.search(
+            rf'^topicstore_engine_capacity_fill{{capacity="{name}"}} (\S+)$', metrics, re.M
+        )
+        assert series and float(series[1]) == used / limit, (name, metrics)
 
 
 @pytest.fixture(scope="module")
