@@ -10,6 +10,7 @@ list indexed by id (``_by_id``), the cheapest lookup Python has: no map walk per
 
 from __future__ import annotations
 
+import logging
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,6 +28,7 @@ from loader.groups import Delivery, GroupIndex
 from loader.shadow import ShadowCheck
 from matcher import (
     EMPTY,
+    CapacityError,
     HeadersMatcher,
     Limits,
     Matcher,
@@ -37,6 +39,8 @@ from matcher import (
 from matcher._native import NativeMatcher
 from matcher.overlap import Found, Relation, search
 from store.records import HEADERS_DIALECT, Change, headers_from_pattern
+
+log = logging.getLogger(__name__)
 
 #: The compiled walk answers; ``optimized_inverted_bitmap``, an independent algorithm, is
 #: kept current beside it and checks a sample of its answers (``loader.shadow``).
@@ -95,6 +99,9 @@ class RoutingTable:
         self._far: dict[int, str] = {}
         self._apply_lock = threading.Lock()
         self.groups = GroupIndex()  # shared subscriptions (loader.groups)
+        # Stored subscriptions an engine refused for a capacity (CapacityError), counted
+        # each time: not served; the reconciler offers them again (see apply).
+        self.refused = 0
 
     @property
     def seq(self) -> int:
@@ -366,7 +373,17 @@ class RoutingTable:
                     self._set_subscriber(sub_id, entries[sub_id].subscriber, len(entries))
                     self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
                     self.groups.add(change)  # groups: before the matchers see the id
-                    self._index(change)
+                    try:
+                        self._index(change)
+                    except CapacityError as e:
+                        # Not served, and forgotten again, so the store's range and the
+                        # catalog's differ: each reconciliation offers it anew, and it
+                        # goes in once removals make room. The applier goes on.
+                        self.groups.remove(sub_id)
+                        self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
+                        self._set_subscriber(sub_id, None, 0)
+                        self._refuse([sub_id], change.tenant, change.dialect, e)
+                        continue
                     applied += 1
                 elif change.op == "remove" and sub_id in catalog.entries:
                     self._unindex(change)
@@ -383,6 +400,17 @@ class RoutingTable:
             if settled is not catalog.entries:
                 self._catalog = Snapshot(catalog.seq, settled)
         return applied
+
+    def _refuse(self, ids: Sequence[int], tenant: str, dialect: str, error: CapacityError) -> None:
+        self.refused += len(ids)
+        log.error(
+            "%d subscription(s) of tenant %r (%s), the first id %d, not served: %s",
+            len(ids),
+            tenant,
+            dialect,
+            ids[0],
+            error,
+        )
 
     def _set_subscriber(self, sub_id: int, name: str | None, count: int) -> None:
         by_id = self._by_id
@@ -447,22 +475,33 @@ class RoutingTable:
             catalog = Catalog.from_columns(names, ids, tenant, subscriber, dialect, patterns)
             self._fill_subscribers(ids, subscriber)
             groups = tenant.astype(np.int64) << 32 | dialect
+            refused: list[int] = []
             if bool(np.all(groups == groups[0])):  # one (tenant, dialect): no regrouping
-                self._load_group(names.names[tenant[0]], names.names[dialect[0]], ids, patterns)
-                self._catalog = Snapshot(seq, catalog)
+                refused += self._load_group(
+                    names.names[tenant[0]], names.names[dialect[0]], ids, patterns
+                )
+                self._catalog = Snapshot(seq, self._without(catalog, refused))
                 return
             order = np.argsort(groups, kind="stable")
             starts = np.flatnonzero(np.diff(groups[order], prepend=-1)).tolist()
             for start, end in zip(starts, [*starts[1:], len(order)][: len(starts)], strict=True):
                 rows_of = order[start:end]
                 first = int(rows_of[0])
-                self._load_group(
+                refused += self._load_group(
                     names.names[tenant[first]],
                     names.names[dialect[first]],
                     ids[rows_of],
                     patterns.take(pa.array(rows_of)),
                 )
-            self._catalog = Snapshot(seq, catalog)
+            self._catalog = Snapshot(seq, self._without(catalog, refused))
+
+    def _without(self, catalog: Catalog, refused: Sequence[int]) -> Catalog:
+        """``catalog`` less the ids the engines refused (``_load_group``)."""
+        for sub_id in refused:
+            catalog = catalog.with_remove(sub_id)
+            self.groups.remove(sub_id)
+            self._set_subscriber(sub_id, None, 0)
+        return catalog
 
     def _fill_subscribers(self, ids: np.ndarray, subscriber: np.ndarray) -> None:
         if not len(ids):
@@ -475,7 +514,11 @@ class RoutingTable:
         else:
             self._far = dict(zip(ids.tolist(), names.tolist(), strict=True))
 
-    def _load_group(self, tenant: str, dialect: str, ids: np.ndarray, patterns: pa.Array) -> None:
+    def _load_group(
+        self, tenant: str, dialect: str, ids: np.ndarray, patterns: pa.Array
+    ) -> list[int]:
+        """Index one (tenant, dialect)'s rows in bulk; returns the ids an engine refused
+        for a capacity (then the group is indexed one by one, less those)."""
         if dialect == HEADERS_DIALECT:
             headers = self._headers.get(tenant)
             if headers is None:
@@ -483,14 +526,42 @@ class RoutingTable:
             for sub_id, text in zip(ids.tolist(), patterns.to_pylist(), strict=True):
                 criteria, mode = headers_from_pattern(text)
                 headers.subscribe(sub_id, criteria, mode)  # type: ignore[arg-type]
-            return
-        for matcher in self._matchers(tenant, dialect, len(ids)).values():
-            subscribe_arrays = getattr(matcher, "subscribe_arrays", None)
-            if subscribe_arrays is not None:
-                offsets, data = _buffers(patterns)
-                if subscribe_arrays(ids, offsets, data) >= 0:
-                    continue
-            matcher.subscribe_many(zip(ids.tolist(), patterns.to_pylist(), strict=True))
+            return []
+        engines = list(self._matchers(tenant, dialect, len(ids)).values())
+        for k, matcher in enumerate(engines):
+            try:
+                subscribe_arrays = getattr(matcher, "subscribe_arrays", None)
+                if subscribe_arrays is not None:
+                    offsets, data = _buffers(patterns)
+                    if subscribe_arrays(ids, offsets, data) >= 0:
+                        continue
+                matcher.subscribe_many(zip(ids.tolist(), patterns.to_pylist(), strict=True))
+            except CapacityError as e:  # (a bulk write is all or nothing)
+                return self._load_one_by_one(tenant, dialect, engines, k, ids, patterns, e)
+        return []
+
+    def _load_one_by_one(
+        self,
+        tenant: str,
+        dialect: str,
+        engines: list[Matcher],
+        k: int,
+        ids: np.ndarray,
+        patterns: pa.Array,
+        error: CapacityError,
+    ) -> list[int]:
+        """``_load_group`` once engine ``k`` refused the bulk write (the engines before it
+        hold every row, the others none): the rows one at a time, each in every engine or
+        in none; returns the refused ids."""
+        refused = []
+        for sub_id, text in zip(ids.tolist(), patterns.to_pylist(), strict=True):
+            try:
+                _subscribe_everywhere(engines, sub_id, text, k)
+            except CapacityError:
+                refused.append(sub_id)
+        if refused:
+            self._refuse(refused, tenant, dialect, error)
+        return refused
 
     def _matchers(self, tenant: str, dialect: str, size: int = 1) -> dict[str, Matcher]:
         key = (tenant, dialect)
@@ -513,13 +584,20 @@ class RoutingTable:
             headers.subscribe(change.subscription_id, change.criteria, change.mode)
             return
         key = (change.tenant, change.dialect)
-        matchers = self._matchers(*key)
-        for matcher in matchers.values():
-            matcher.subscribe(change.subscription_id, change.pattern)
+        matchers = self._index_pattern(*key, change.subscription_id, change.pattern)
         if len(matchers) > 1 and len(matchers[self._primary]) > self.shadow_max:
             # Grown past the bound: from now on only the answering engine (a new dict, so
             # a reader iterating the old one finishes undisturbed).
             self._topic[key] = {self._primary: matchers[self._primary]}
+
+    def _index_pattern(
+        self, tenant: str, dialect: str, sub_id: int, pattern: str, size: int = 1
+    ) -> dict[str, Matcher]:
+        """Subscribe ``sub_id`` in every engine of the group, or in none (an engine's
+        CapacityError is raised); returns the group's engines."""
+        matchers = self._matchers(tenant, dialect, size)
+        _subscribe_everywhere(list(matchers.values()), sub_id, pattern)
+        return matchers
 
     def _unindex(self, change: Change) -> None:
         if change.kind == "headers":
@@ -609,8 +687,12 @@ class RoutingTable:
                         self.engines if len(items) <= self.shadow_max else self.engines[:1]
                     )
                 }
-                for matcher in fresh.values():
-                    matcher.subscribe_many(items)
+                try:
+                    for matcher in fresh.values():
+                        matcher.subscribe_many(items)
+                except CapacityError as e:  # the engines serving now stay
+                    log.error("engines of tenant %r (%s) not rebuilt: %s", tenant, dialect, e)
+                    continue
                 self._topic[(tenant, dialect)] = fresh
             return len(wrong)
 
@@ -676,6 +758,20 @@ def _strings(column: pa.ChunkedArray) -> pa.StringArray:
     if array.type != pa.string():
         array = array.cast(pa.string())
     return array
+
+
+def _subscribe_everywhere(engines: list[Matcher], sub_id: int, pattern: str, held: int = 0) -> None:
+    """Subscribe ``sub_id`` in ``engines[held:]`` (``engines[:held]`` hold it already):
+    in every engine or, when one raises CapacityError (re-raised), in none."""
+    done = held
+    try:
+        for matcher in engines[held:]:
+            matcher.subscribe(sub_id, pattern)
+            done += 1
+    except CapacityError:
+        for matcher in engines[:done]:
+            matcher.unsubscribe(sub_id)
+        raise
 
 
 def _buffers(patterns: pa.StringArray) -> tuple[np.ndarray, np.ndarray]:

@@ -173,6 +173,12 @@ class ServiceCollector(Collector):
             value=loader.shadow.checks,
         )
         yield CounterMetricFamily(
+            "topicstore_capacity_refusals",
+            "Stored subscriptions an engine refused for a fixed capacity, each time: not "
+            "served until removals make room (the reconciler offers them again)",
+            value=table.refused,
+        )
+        yield CounterMetricFamily(
             "topicstore_shadow_disagreements",
             "Shadow checks where an engine disagreed with the answering one (a bug)",
             value=loader.shadow.disagreements,

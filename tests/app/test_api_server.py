@@ -69,6 +69,7 @@ def test_startup_loads_the_store_then_is_ready_with_no_lag(
     # Both default engines answered the one match (shadow check on every match) and agreed.
     assert re.search(r"^topicstore_shadow_checks_total 1\.0$", metrics, re.M), metrics
     assert re.search(r"^topicstore_shadow_disagreements_total 0\.0$", metrics, re.M)
+    assert re.search(r"^topicstore_capacity_refusals_total 0\.0$", metrics, re.M), metrics
     assert 'topicstore_http_requests_total{method="GET",route="/v1/match",status="200"} 1.0' in (
         metrics
     )

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from bench.scratch_db import libpq_dsn
 from loader import Loader
+from matcher._native import NativeMatcher
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository, validate
 
@@ -250,6 +251,33 @@ def test_reconcile_repairs_drift(database: Database, started: Callable[[Database
     assert not loader.table.consistent()
     assert loader.reconcile()
     assert set(loader.table.match("default", "amqp", "a.1")) == {ids[0]}
+    loader.table._check()
+    assert not loader.reconcile()
+
+
+def test_a_refused_subscription_goes_in_once_removals_make_room(
+    database: Database, started: Callable[[Database], Loader]
+) -> None:
+    """A stored subscription the native engine refuses (its trie capacity lowered here):
+    the loader keeps applying the changes after it, and reconciliation offers it again on
+    every pass until removals make room."""
+    first = _add(database, Sub("q", "a.#"))
+    loader = started(database)
+    native = loader.table._topic[("default", "amqp")]["native"]
+    assert isinstance(native, NativeMatcher)
+    native._lower_capacity(7, 1 << 40, 1 << 40)  # the root and 2 nodes a pattern: 3 fit
+    ids = _add(database, Sub("q", "b.#"), Sub("q", "c.#"), Sub("q", "d.#"))
+    later = _add(database, Sub("q", "e.#", tenant="other"))
+    eventually(lambda: later[0] in _table_ids(loader))
+    assert set(_table_ids(loader)) == {first[0], ids[0], ids[1], later[0]}
+    assert loader.table.refused == 1 and not loader.table.match("default", "amqp", "d.x")
+    assert loader.reconcile()  # offered again, refused again
+    assert loader.table.refused == 2 and ids[2] not in _table_ids(loader)
+    _remove(database, first[0])
+    eventually(lambda: first[0] not in _table_ids(loader))
+    assert loader.reconcile()
+    assert _table_ids(loader) == _store_ids(database)
+    assert list(loader.table.match("default", "amqp", "d.x")) == [ids[2]]
     loader.table._check()
     assert not loader.reconcile()
 

@@ -19,6 +19,7 @@ import loader.catalog
 from loader import Entry, RoutingTable, Snapshot
 from loader.table import as_change
 from matcher import MatcherError, create_matcher
+from matcher._native import NativeMatcher
 from store.records import headers_pattern
 
 TENANTS = st.sampled_from(["t1", "t2"])
@@ -190,3 +191,50 @@ def test_load_columns_builds_the_native_engine_from_buffers() -> None:
     table._check()
     with pytest.raises(RuntimeError):
         table.load_columns(rows, 8)
+
+
+def test_a_capacity_refusal_is_not_served_and_the_applier_goes_on() -> None:
+    """An engine that refuses a stored subscription for a fixed capacity (the native
+    trie's nodes here, lowered so that a few patterns reach it): the id is served by no
+    engine and left out of the catalog (so the reconciler's next pass offers it again),
+    it is counted, later changes still apply, and once removals make room the same adds
+    go in. The bulk startup build refuses the same way, row by row."""
+
+    def adds(seq: int, ids: range, tenant: str = "t") -> list[Any]:
+        return [as_change(seq, "add", i, Entry(tenant, f"s{i}", "amqp", f"w{i}.#")) for i in ids]
+
+    def lowered(table: RoutingTable) -> None:
+        native = table._matchers("t", "amqp")["native"]
+        assert isinstance(native, NativeMatcher)
+        native._lower_capacity(41, 1 << 40, 1 << 40)  # the root and 2 nodes a pattern: 20 fit
+
+    table = RoutingTable(("native", "trie"))
+    lowered(table)
+    assert table.apply([*adds(1, range(30)), *adds(2, range(100, 102), "u")]) == 22
+    assert table.refused == 10 and table.seq == 2
+    entries = table.snapshot().entries
+    assert sorted(entries) == [*range(20), 100, 101]
+    assert not table.match("t", "amqp", "w25.x") and list(table.match("t", "amqp", "w5.x")) == [5]
+    assert list(table.match("u", "amqp", "w100")) == [100]
+    table._check()  # both engines hold exactly the catalog
+    removes = [as_change(3, "remove", i, entries[i]) for i in range(10)]
+    assert table.apply(removes) == 10
+    assert table.apply(adds(4, range(20, 30))) == 10 and table.refused == 10
+    assert list(table.match("t", "amqp", "w25.x")) == [25]
+    table._check()
+
+    fresh = RoutingTable(("native", "trie"))
+    lowered(fresh)
+    rows = pa.table(
+        {
+            "id": list(range(30)),
+            "tenant": ["t"] * 30,
+            "subscriber": [f"s{i}" for i in range(30)],
+            "dialect": ["amqp"] * 30,
+            "pattern": [f"w{i}.#" for i in range(30)],
+        }
+    )
+    fresh.load_columns(rows, 9)
+    assert fresh.refused == 10 and sorted(fresh.snapshot().entries) == list(range(20))
+    assert fresh.subscribers([25, 5]) == ["s5"]
+    fresh._check()
