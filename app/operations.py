@@ -10,7 +10,7 @@ matchers before the call returns (see ``store.Database.write``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
@@ -72,19 +72,28 @@ class AdminOperations:
     ``clock`` stamps audit rows and schedules their purge (tests pass their own)."""
 
     def __init__(
-        self, db: Database, settings: Settings, *, clock: Callable[[], datetime] = utc_now
+        self,
+        db: Database,
+        settings: Settings,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        room: Callable[[Iterable[tuple[str, str, str]]], None] | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self._limits = settings.limits()
         self._clock = clock
+        # The serving process's RoutingTable.check_room: raises CapacityError before a
+        # write its engines might not hold (the CLI's direct mode has no table to ask).
+        self._room = room
         self._next_purge: datetime | None = None
 
     # -- writes -------------------------------------------------------------------------
 
     def create(self, item: SubscriptionIn, caller: Caller) -> tuple[SubscriptionOut, bool]:
         """Create one subscription; the same one again returns the stored row. The flag says
-        whether a row was created. Raises the refusal (invalid input, quota)."""
+        whether a row was created. Raises the refusal (invalid input, quota, an engine's
+        capacity)."""
         new = self._new(item, caller)
         with self.db.write() as session:
             repo = SubscriptionRepository(session)
@@ -92,6 +101,7 @@ class AdminOperations:
             new = _with_policies(repo, [new]).resolve(new)
             row, created = repo.add(new)
             if created:
+                self._check_room([new])  # raising rolls the write back
                 self._audit(session, caller, "create", {new.tenant: [row.id]})
             else:
                 check_same_group(new, row.group)  # raising rolls the write back: none made
@@ -101,7 +111,8 @@ class AdminOperations:
         """Create many in one transaction; every item gets its own result and the valid
         ones are stored even when others fail: an item that does not fit ``SubscriptionIn``
         is one more per-item error, like an invalid pattern. Only a batch over
-        ``max_batch`` or over a tenant's quota is refused whole (nothing is stored then)."""
+        ``max_batch``, over a tenant's quota or that the engines might not hold (``room``)
+        is refused whole (nothing is stored then)."""
         max_batch = self.settings.max_batch
         if len(items) > max_batch:
             raise BatchTooLargeError(f"a batch holds at most {max_batch} items")
@@ -123,9 +134,13 @@ class AdminOperations:
                 valid, refused = _resolve_groups(repo, valid)
                 stored = repo.add_many([new for _, new in valid])
                 created_ids: dict[str, list[int]] = {}
+                made: list[NewSubscription] = []
                 for (_, new), (sub_id, created) in zip(valid, stored, strict=True):
                     if created:
                         created_ids.setdefault(new.tenant, []).append(sub_id)
+                        made.append(new)
+                # Only new rows count (a retried batch still answers); raising rolls back.
+                self._check_room(made)
                 self._audit(session, caller, "bulk_create", created_ids)
                 exists = [sub_id for sub_id, created in stored if not created]
                 groups = repo.groups_of(exists) if any(n.group for _, n in valid) else {}
@@ -294,6 +309,12 @@ class AdminOperations:
         if item.criteria is not None:
             values["criteria"] = tuple(item.criteria.items())
         return validate(NewSubscription(**values), self._limits)
+
+    def _check_room(self, news: Sequence[NewSubscription]) -> None:
+        """Refuse (CapacityError, 403) new topic subscriptions the engines might not hold
+        (``room``)."""
+        if self._room is not None:
+            self._room([(n.tenant, n.dialect, n.pattern) for n in news if n.kind == "topic"])
 
     def _check_quota(self, repo: SubscriptionRepository, adding: dict[str, int]) -> None:
         """Refuse when a tenant would hold more than its quota after this write (checked

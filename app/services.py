@@ -49,7 +49,10 @@ class Services:
         )
         limiter = RateLimiter(settings.rates(), limit_operator=settings.rate_limit_operator)
         fair = FairSlots(settings.batch_concurrency)
-        return cls(settings, db, loader, AdminOperations(db, settings), limiter, fair)
+        operations = AdminOperations(
+            db, settings, room=lambda items: loader.table.check_room(items)
+        )
+        return cls(settings, db, loader, operations, limiter, fair)
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at

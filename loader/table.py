@@ -266,6 +266,22 @@ class RoutingTable:
             sizes[(tenant, HEADERS_DIALECT)] = len(headers)
         return {key: size for key, size in sizes.items() if size}
 
+    def check_room(self, items: Iterable[tuple[str, str, str]]) -> None:
+        """Raise CapacityError when subscribing ``items`` ((tenant, dialect, pattern),
+        valid and new) might not fit their groups' answering engine now (its
+        ``check_room``; an engine without one always fits): the admin writes ask before
+        they store, so a full engine refuses a write (403) instead of leaving it unserved
+        (see apply). Advisory: the applier decides. O(items)."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for tenant, dialect, pattern in items:
+            if dialect != HEADERS_DIALECT:
+                groups.setdefault((tenant, dialect), []).append(pattern)
+        for key, patterns in groups.items():
+            matchers = self._topic.get(key)
+            check = getattr(matchers[self._primary], "check_room", None) if matchers else None
+            if check is not None:
+                check(patterns)
+
     def capacity_fill(self) -> dict[str, float]:
         """Per fixed capacity of the answering engine (``NativeMatcher.capacity()``: trie
         nodes, tail words, text bytes), the fullest matcher's used share, 0 to 1; empty for

@@ -857,8 +857,29 @@ cdef class _Core:
         raise CapacityError(
             code,
             f"the native engine holds at most {use[at + 1]} {what} and {use[at]} are in use: "
-            f"a pattern of {tokens} tokens might not fit",
+            f"{items} more pattern(s) of {tokens} tokens in all might not fit",
         )
+
+    def check_room(self, patterns):
+        """Raise CapacityError when subscribing ``patterns`` (new, and valid in the
+        dialect) might exceed ``max_subscriptions`` or a fixed capacity, by the bound a
+        batch is first checked with (every token a node: it refuses only within a fraction
+        of a percent of a capacity). A writer's early refusal; subscribing decides."""
+        cdef vector[Token] spec
+        cdef size_t ntokens = 0, nbytes = 0, n = 0
+        for pattern in patterns:
+            if self._fast_tokens(pattern, spec):
+                ntokens += spec.size()
+            else:
+                ntokens += len(canonical(self.dialect_.tokens_of(pattern, self.limits_)))
+            nbytes += _utf8_size(pattern)
+            n += 1
+        self._enter()
+        try:
+            self._check_room(n, n > 1)
+            self._check_fit(n, ntokens, nbytes)
+        finally:
+            self._leave()
 
     def capacity(self):
         """(used, capacity) of the structure's fixed capacities: ``trie_nodes`` (root
