@@ -278,7 +278,8 @@ class RoutingTable:
                 groups.setdefault((tenant, dialect), []).append(pattern)
         for key, patterns in groups.items():
             matchers = self._topic.get(key)
-            check = getattr(matchers[self._primary], "check_room", None) if matchers else None
+            engine = _engine(matchers[self._primary]) if matchers else None
+            check = getattr(engine, "check_room", None)
             if check is not None:
                 check(patterns)
 
@@ -289,7 +290,7 @@ class RoutingTable:
         it: past 1, that matcher's writes are refused)."""
         fill: dict[str, float] = {}
         for matchers in tuple(self._topic.values()):
-            capacity = getattr(matchers[self._primary], "capacity", None)
+            capacity = getattr(_engine(matchers[self._primary]), "capacity", None)
             if capacity is None:
                 continue
             for name, (used, limit) in capacity().items():
@@ -377,6 +378,8 @@ class RoutingTable:
         so an id a reader gets from a match always has its subscriber in the catalog.
         """
         applied = 0
+        refused: list[int] = []
+        error: CapacityError | None = None
         with self._apply_lock:
             for change in changes:
                 catalog = self._catalog
@@ -392,13 +395,14 @@ class RoutingTable:
                     try:
                         self._index(change)
                     except CapacityError as e:
-                        # Not served, and forgotten again, so the store's range and the
-                        # catalog's differ: each reconciliation offers it anew, and it
-                        # goes in once removals make room. The applier goes on.
-                        self.groups.remove(sub_id)
+                        # Not served, and out of the catalog again, so the store's range
+                        # and the catalog's differ: each reconciliation offers it anew, and
+                        # it goes in once removals make room. The applier goes on. (Its
+                        # group membership stays, as the store has it: see below.)
                         self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
                         self._set_subscriber(sub_id, None, 0)
-                        self._refuse([sub_id], change.tenant, change.dialect, e)
+                        refused.append(sub_id)
+                        error = e
                         continue
                     applied += 1
                 elif change.op == "remove" and sub_id in catalog.entries:
@@ -409,24 +413,23 @@ class RoutingTable:
                     )
                     self._set_subscriber(sub_id, None, 0)
                     applied += 1
-                elif change.seq > catalog.seq:
-                    self._catalog = Snapshot(change.seq, catalog.entries)
+                else:
+                    if change.op == "remove":  # a refused add's group membership
+                        self.groups.remove(sub_id)
+                    if change.seq > catalog.seq:
+                        self._catalog = Snapshot(change.seq, catalog.entries)
             catalog = self._catalog
             settled = catalog.entries.settled()
             if settled is not catalog.entries:
                 self._catalog = Snapshot(catalog.seq, settled)
+        if error is not None:
+            self._refuse(refused, error)
         return applied
 
-    def _refuse(self, ids: Sequence[int], tenant: str, dialect: str, error: CapacityError) -> None:
+    def _refuse(self, ids: Sequence[int], error: CapacityError) -> None:
+        """Count and log (one line) the ids an engine refused, ``error`` the last refusal."""
         self.refused += len(ids)
-        log.error(
-            "%d subscription(s) of tenant %r (%s), the first id %d, not served: %s",
-            len(ids),
-            tenant,
-            dialect,
-            ids[0],
-            error,
-        )
+        log.error("%d subscription(s) not served, ids %s: %s", len(ids), _some(ids), error)
 
     def _set_subscriber(self, sub_id: int, name: str | None, count: int) -> None:
         by_id = self._by_id
@@ -512,10 +515,10 @@ class RoutingTable:
             self._catalog = Snapshot(seq, self._without(catalog, refused))
 
     def _without(self, catalog: Catalog, refused: Sequence[int]) -> Catalog:
-        """``catalog`` less the ids the engines refused (``_load_group``)."""
+        """``catalog`` less the ids the engines refused (``_load_group``; their group
+        memberships stay, as the store has them, see ``apply``)."""
         for sub_id in refused:
             catalog = catalog.with_remove(sub_id)
-            self.groups.remove(sub_id)
             self._set_subscriber(sub_id, None, 0)
         return catalog
 
@@ -573,10 +576,11 @@ class RoutingTable:
         for sub_id, text in zip(ids.tolist(), patterns.to_pylist(), strict=True):
             try:
                 _subscribe_everywhere(engines, sub_id, text, k)
-            except CapacityError:
+            except CapacityError as e:
                 refused.append(sub_id)
+                error = e
         if refused:
-            self._refuse(refused, tenant, dialect, error)
+            self._refuse(refused, error)
         return refused
 
     def _matchers(self, tenant: str, dialect: str, size: int = 1) -> dict[str, Matcher]:
@@ -774,6 +778,17 @@ def _strings(column: pa.ChunkedArray) -> pa.StringArray:
     if array.type != pa.string():
         array = array.cast(pa.string())
     return array
+
+
+def _engine(matcher: Matcher) -> Matcher:
+    """The engine behind a matcher (a result cache's, ``CachedMatcher.engine``)."""
+    return getattr(matcher, "engine", matcher)
+
+
+def _some(ids: Sequence[int], shown: int = 5) -> str:
+    """The first ``shown`` of ``ids`` for a log line."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(map(str, ids[:shown])) + more
 
 
 def _subscribe_everywhere(engines: list[Matcher], sub_id: int, pattern: str, held: int = 0) -> None:

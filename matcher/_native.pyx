@@ -538,6 +538,8 @@ cdef class _Core:
         cdef size_t tokens = 0
         cdef bint careful
         cdef vector[uint32_t] added
+        cdef int full = 0
+        cdef size_t use[6]
         if offsets.shape[0] != n + 1:
             raise ValueError("offsets must hold one more entry than ids")
         if n == 0:
@@ -560,20 +562,24 @@ cdef class _Core:
                 tokens += spec.size()
             self._check_room(n, True)
             careful = self.core.room(n, tokens, offsets[n] - offsets[0]) != 0
-            # Everything is valid: index (nothing below raises but MemoryError, and
-            # CapacityError with the batch undone when it is `careful`).
+            # Everything is valid: index (nothing below raises but MemoryError; when
+            # `careful`, an item that might not fit stops it, the batch undone).
             self._enter()
             try:
                 for i in range(n):
                     start, end = offsets[i], offsets[i + 1]
                     self._raw_tokens(text + start, end - start, spec, False)
                     if careful:
-                        self._fit_one(spec.size(), end - start, added)
+                        full = self._fit_one(spec.size(), end - start, added, use)
+                        if full:
+                            break
                         added.push_back(<uint32_t>ids[i])
                     self.core.add(<uint32_t>ids[i], spec.data(), spec.size(), text + start,
                                   end - start)
             finally:
                 self._leave()
+            if full:
+                self._refuse(full, use, 1, spec.size())
         return n
 
     def __len__(self):
@@ -823,32 +829,40 @@ cdef class _Core:
             )
         return 0
 
-    cdef int _fit_one(self, size_t tokens, size_t text_bytes,
-                      vector[uint32_t]& added) except -1:
-        """Before indexing one item of a batch that might not fit as a whole: refuse
-        (CapacityError) the item if it might not, after withdrawing the batch's items
-        indexed before it (``added``), so that a refused batch leaves every subscription
-        as it was. (A concurrent match may have seen some of them meanwhile, as it may see
-        a batch's items before the batch returns.) Called under the guard."""
+    cdef int _fit_one(self, size_t tokens, size_t text_bytes, vector[uint32_t]& added,
+                      size_t* use) except -1:
+        """Before indexing one item of a batch that might not fit as a whole: 0 if the
+        item fits; else ``Core::room``'s answer, after withdrawing the batch's items
+        indexed before it (``added``) and filling ``use`` for ``_refuse``, which the caller
+        raises once it left the guard: a refused batch leaves every subscription as it
+        was. (A concurrent match may have seen some of them meanwhile, as it may see a
+        batch's items before the batch returns.) Called under the guard; builds no Python
+        object."""
         cdef size_t k
-        try:
-            self._check_fit(1, tokens, text_bytes)
-        except CapacityError:
+        cdef int full = self.core.room(1, tokens, text_bytes)
+        if full:
             for k in range(added.size()):
                 self.core.remove(added[added.size() - 1 - k])
             added.clear()
-            raise
-        return 0
+            self.core.usage(use)
+        return full
 
     cdef int _check_fit(self, size_t items, size_t tokens, size_t text_bytes) except -1:
         """Refuse (CapacityError) a write of ``items`` patterns, ``tokens`` tokens and
         ``text_bytes`` bytes in all that might not fit the structure's fixed capacities
-        (``capacity()``; ``Core::room`` says how the bound is counted)."""
-        cdef int full = self.core.room(items, tokens, text_bytes)
-        if full == 0:
-            return 0
+        (``capacity()``; ``Core::room`` says how the bound is counted). Called by a writer
+        (holding the write lock: nothing changes the counts meanwhile), not under the
+        guard."""
         cdef size_t use[6]
-        self.core.usage(use)
+        cdef int full = self.core.room(items, tokens, text_bytes)
+        if full:
+            self.core.usage(use)
+            self._refuse(full, use, items, tokens)
+        return 0
+
+    cdef int _refuse(self, int full, const size_t* use, size_t items, size_t tokens) except -1:
+        """Raise the CapacityError of ``Core::room``'s answer ``full``, ``use`` being the
+        ``Core::usage`` it was given against."""
         code, what, at = {
             ROOM_NODES: ("too_many_trie_nodes", "trie nodes", 0),
             ROOM_TAILS: ("too_many_tail_words", "tail words", 2),
@@ -874,12 +888,17 @@ cdef class _Core:
                 ntokens += len(canonical(self.dialect_.tokens_of(pattern, self.limits_)))
             nbytes += _utf8_size(pattern)
             n += 1
-        self._enter()
+        cdef size_t use[6]
+        cdef int full
+        self._check_room(n, n > 1)
+        self._enter()  # (no write lock here: the counts are read under the guard)
         try:
-            self._check_room(n, n > 1)
-            self._check_fit(n, ntokens, nbytes)
+            full = self.core.room(n, ntokens, nbytes)
+            self.core.usage(use)
         finally:
             self._leave()
+        if full:
+            self._refuse(full, use, n, ntokens)
 
     def capacity(self):
         """(used, capacity) of the structure's fixed capacities: ``trie_nodes`` (root
@@ -907,8 +926,10 @@ cdef class _Core:
         cdef dict batch = {}
         cdef dict tokens = {}  # of the items the general path validated
         cdef bint fast, careful
-        cdef size_t ntokens = 0, nbytes = 0, size
+        cdef size_t ntokens = 0, nbytes = 0, size, count
         cdef vector[uint32_t] added
+        cdef int full = 0
+        cdef size_t use[6]
         with lock:
             for sub_id, pattern in items:
                 check_sub_id(sub_id)
@@ -939,11 +960,14 @@ cdef class _Core:
             for sub_id, pattern in batch.items():
                 if sub_id in tokens:
                     if careful:
+                        count, size = len(tokens[sub_id]), _utf8_size(pattern)
                         self._enter()
                         try:
-                            self._fit_one(len(tokens[sub_id]), _utf8_size(pattern), added)
+                            full = self._fit_one(count, size, added, use)
                         finally:
                             self._leave()
+                        if full:
+                            self._refuse(full, use, 1, count)
                         added.push_back(<uint32_t>sub_id)
                     self._index(sub_id, tokens[sub_id], pattern)
                 else:
@@ -952,12 +976,16 @@ cdef class _Core:
                     self._enter()
                     try:
                         if careful:
-                            self._fit_one(spec.size(), size, added)
-                            added.push_back(<uint32_t>sub_id)
-                        self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
-                                      <const char*>PyUnicode_DATA(pattern), size)
+                            full = self._fit_one(spec.size(), size, added, use)
+                            if not full:
+                                added.push_back(<uint32_t>sub_id)
+                        if not full:
+                            self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
+                                          <const char*>PyUnicode_DATA(pattern), size)
                     finally:
                         self._leave()
+                    if full:
+                        self._refuse(full, use, 1, spec.size())
         return len(batch)
 
     cdef bint _withdraw(self, uint32_t sub_id) except -1:

@@ -9,6 +9,7 @@ against an older state can only land in a dictionary that is already discarded: 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 from matcher.base import Matcher, MatchResult
 from matcher.grammar import Tokens
@@ -54,6 +55,14 @@ class CachedMatcher(Matcher):
 
     def __repr__(self) -> str:
         return f"<CachedMatcher size={self._size} {self.engine!r}>"
+
+    def subscribe_many(self, items: Iterable[tuple[int, str]]) -> int:
+        """The engine's own bulk write (all or nothing, its capacities included), then
+        a cleared cache."""
+        try:
+            return self.engine.subscribe_many(items)
+        finally:
+            self._cache = {}
 
     def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:
         self.engine._add(sub_id, tokens, pattern)

@@ -387,16 +387,20 @@ class Core {
     // when a tail holding it unfolds; besides, each item may unfold one tail leaf it finds
     // (max_tail() words at most, and no more than the tails hold); a new tail takes at most
     // its pattern's tokens entries; a stored text at most its bytes. Space left by removed
-    // tails and texts counts as free (the arenas are compacted when a write needs it).
-    // For one item they are tight to a few hundred nodes; for a batch, counting every token
-    // as a node is far above what a trie of tails needs, so a batch that fails the bound
-    // is indexed checking item by item (and undone if one fails: see _native.pyx). O(1).
+    // tails and texts counts as free once it is an eighth of the capacity (add() compacts
+    // when a write needs it: each such compaction frees that much, so writes near a full
+    // arena do not each copy it). For one item the bounds are tight to a few hundred
+    // nodes; for a batch, counting every token as a node is far above what a trie of tails
+    // needs, so a batch that fails the bound is indexed checking item by item (and undone
+    // if one fails: see _native.pyx). O(1).
     int room(size_t items, size_t tokens, size_t text_bytes) const {
         size_t live_tails = tails_.size() - tail_garbage_;
         size_t unfolded = std::min(live_tails, items * static_cast<size_t>(max_tail_));
         if (node_count_ + tokens + unfolded > max_nodes_) return ROOM_NODES;
-        if (live_tails + tokens > max_tail_entries_) return ROOM_TAILS;
-        if (arena_.size() - garbage_ + text_bytes > max_text_bytes_) return ROOM_TEXT;
+        size_t tails = tail_garbage_ >= max_tail_entries_ / 8 ? live_tails : tails_.size();
+        if (tails + tokens > max_tail_entries_) return ROOM_TAILS;
+        size_t text = garbage_ >= max_text_bytes_ / 8 ? arena_.size() - garbage_ : arena_.size();
+        if (text + text_bytes > max_text_bytes_) return ROOM_TEXT;
         return 0;
     }
     // (used, capacity) of each: trie nodes (root included), tail entries, text bytes.
@@ -607,6 +611,11 @@ class Core {
     // Returns false when `id` is already subscribed (the caller checks that first).
     bool add(uint32_t id, const Token* tokens, size_t ntokens, const char* text, size_t tlen) {
         if (find_id(id) != nullptr) return false;
+        // An arena whose end this pattern's tail (at most ntokens entries) or text might pass
+        // is compacted first (room() counted its garbage as free), so that nothing below
+        // allocates for it once the trie has begun to change.
+        if (tails_.size() + ntokens > max_tail_entries_) compact_tails(true);
+        if (arena_.size() + tlen > max_text_bytes_) compact_arena();
         ++version_;
         uint32_t cur = 0;
         bool under_hash = false;  // no tail leaf below a '#' (see tail_matches)
@@ -626,10 +635,10 @@ class Core {
                 under_hash = true;
                 next = nodes_[cur].hash & INDEX;
                 if (next == NO_NODE) {
+                    prepare_hash_walk();  // (may allocate: before the trie changes)
                     next = new_node(cur, HASH);
                     nodes_[cur].hash = next;
                     ++hash_count_;
-                    prepare_hash_walk();
                     retag(cur);
                 }
             } else {
@@ -892,8 +901,7 @@ class Core {
     size_t garbage_ = 0;
 
     uint32_t new_text(const char* text, size_t tlen) {
-        if (arena_.size() + tlen > max_text_bytes_) compact_arena();
-        // room() said it fits: a write that gets here broke that promise.
+        // room() said it fits and add() compacted: a write that gets here broke that.
         if (arena_.size() + tlen > max_text_bytes_) throw std::length_error("text arena full");
         uint32_t ti = free_text_;
         if (ti != NO_TEXT) {
@@ -1610,9 +1618,8 @@ class Core {
     }
 
     uint32_t new_tail(const Token* tokens, size_t n) {
-        if (tails_.size() + n + 1 > max_tail_entries_) compact_tails(true);
         size_t at = tails_.size();
-        // room() said it fits: a write that gets here broke that promise.
+        // room() said it fits and add() compacted: a write that gets here broke that.
         if (at + n + 1 > max_tail_entries_) throw std::length_error("tail arena full");
         tails_.push_back(static_cast<uint32_t>(n));
         for (size_t k = 0; k < n; ++k) {

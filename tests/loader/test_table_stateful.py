@@ -6,6 +6,7 @@ must never change, and matches must name exactly the reference's subscribers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -221,6 +222,18 @@ def test_a_capacity_refusal_is_not_served_and_the_applier_goes_on() -> None:
     assert table.apply(removes) == 10
     assert table.apply(adds(4, range(20, 30))) == 10 and table.refused == 10
     assert list(table.match("t", "amqp", "w25.x")) == [25]
+    table._check()
+    # A refused member of a shared subscription keeps its membership, as the store has
+    # it (so the reconciler's group check finds no drift), until its removal.
+    grouped = replace(adds(5, range(40, 41))[0], group="g")
+    assert table.apply([grouped]) == 0 and table.refused == 11
+    key, policy = table.groups.state()[40]
+    assert key == ("t", "g")
+    assert table.repair_members([(40, "t", "g", policy)]) == 0
+    assert table.apply([grouped]) == 0 and table.refused == 12  # offered again
+    assert table.repair_members([(40, "t", "g", policy)]) == 0
+    assert table.apply([replace(grouped, seq=6, op="remove")]) == 0
+    assert table.repair_members([]) == 0 and table.seq == 6
     table._check()
 
     fresh = RoutingTable(("native", "trie"))
