@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import loader.catalog
 from loader import Entry, RoutingTable, Snapshot
 from loader.table import as_change
-from matcher import MatcherError, create_matcher
+from matcher import CapacityError, MatcherError, create_matcher
 from matcher._native import NativeMatcher
 from store.records import headers_pattern
 
@@ -251,3 +251,20 @@ def test_a_capacity_refusal_is_not_served_and_the_applier_goes_on() -> None:
     assert fresh.refused == 10 and sorted(fresh.snapshot().entries) == list(range(20))
     assert fresh.subscribers([25, 5]) == ["s5"]
     fresh._check()
+
+
+def test_capacity_checks_reach_the_engine_behind_a_result_cache() -> None:
+    """With the result cache on, the admin writes' room check and the capacity metric ask
+    the native engine behind it."""
+    table = RoutingTable(("native",), cache_size=16)
+    table.apply([as_change(1, "add", 1, Entry("t", "s", "amqp", "w1.#"))])
+    cached = table._matchers("t", "amqp")["native"]
+    engine = getattr(cached, "engine", None)
+    assert isinstance(engine, NativeMatcher)
+    assert table.capacity_fill()["trie_nodes"] == 3 / engine.capacity()["trie_nodes"][1]
+    table.check_room([("t", "amqp", "w2.#"), ("u", "amqp", "w2.#")])  # fits; u: no engine yet
+    engine._lower_capacity(4, 1 << 40, 1 << 40)
+    with pytest.raises(CapacityError) as refused:
+        table.check_room([("t", "amqp", "w2.#")])
+    assert refused.value.code == "too_many_trie_nodes"
+    table.check_room([("t", "headers", "x"), ("u", "amqp", "w2.#")])  # other groups
