@@ -555,31 +555,25 @@ class RoutingTable:
                     if subscribe_arrays(ids, offsets, data) >= 0:
                         continue
                 matcher.subscribe_many(zip(ids.tolist(), patterns.to_pylist(), strict=True))
-            except CapacityError as e:  # (a bulk write is all or nothing)
-                return self._load_one_by_one(tenant, dialect, engines, k, ids, patterns, e)
+            except CapacityError:  # (a bulk write is all or nothing)
+                return self._load_one_by_one(engines, k, ids, patterns)
         return []
 
     def _load_one_by_one(
-        self,
-        tenant: str,
-        dialect: str,
-        engines: list[Matcher],
-        k: int,
-        ids: np.ndarray,
-        patterns: pa.Array,
-        error: CapacityError,
+        self, engines: list[Matcher], k: int, ids: np.ndarray, patterns: pa.Array
     ) -> list[int]:
         """``_load_group`` once engine ``k`` refused the bulk write (the engines before it
         hold every row, the others none): the rows one at a time, each in every engine or
         in none; returns the refused ids."""
         refused = []
+        error: CapacityError | None = None
         for sub_id, text in zip(ids.tolist(), patterns.to_pylist(), strict=True):
             try:
                 _subscribe_everywhere(engines, sub_id, text, k)
             except CapacityError as e:
                 refused.append(sub_id)
                 error = e
-        if refused:
+        if error is not None:
             self._refuse(refused, error)
         return refused
 
@@ -604,20 +598,12 @@ class RoutingTable:
             headers.subscribe(change.subscription_id, change.criteria, change.mode)
             return
         key = (change.tenant, change.dialect)
-        matchers = self._index_pattern(*key, change.subscription_id, change.pattern)
+        matchers = self._matchers(*key)
+        _subscribe_everywhere(list(matchers.values()), change.subscription_id, change.pattern)
         if len(matchers) > 1 and len(matchers[self._primary]) > self.shadow_max:
             # Grown past the bound: from now on only the answering engine (a new dict, so
             # a reader iterating the old one finishes undisturbed).
             self._topic[key] = {self._primary: matchers[self._primary]}
-
-    def _index_pattern(
-        self, tenant: str, dialect: str, sub_id: int, pattern: str, size: int = 1
-    ) -> dict[str, Matcher]:
-        """Subscribe ``sub_id`` in every engine of the group, or in none (an engine's
-        CapacityError is raised); returns the group's engines."""
-        matchers = self._matchers(tenant, dialect, size)
-        _subscribe_everywhere(list(matchers.values()), sub_id, pattern)
-        return matchers
 
     def _unindex(self, change: Change) -> None:
         if change.kind == "headers":

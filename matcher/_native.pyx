@@ -844,6 +844,15 @@ cdef class _Core:
             for k in range(added.size()):
                 self.core.remove(added[added.size() - 1 - k])
             added.clear()
+            self.core.usage(use)  # after the withdrawals: the state the refusal leaves
+        return full
+
+    cdef inline int _room(self, size_t items, size_t tokens, size_t text_bytes,
+                          size_t* use) noexcept:
+        """``Core::room``'s answer, and when it is not 0 the usage it was given against
+        in ``use`` (for ``_refuse``). C only."""
+        cdef int full = self.core.room(items, tokens, text_bytes)
+        if full:
             self.core.usage(use)
         return full
 
@@ -854,9 +863,8 @@ cdef class _Core:
         (holding the write lock: nothing changes the counts meanwhile), not under the
         guard."""
         cdef size_t use[6]
-        cdef int full = self.core.room(items, tokens, text_bytes)
+        cdef int full = self._room(items, tokens, text_bytes, use)
         if full:
-            self.core.usage(use)
             self._refuse(full, use, items, tokens)
         return 0
 
@@ -893,8 +901,7 @@ cdef class _Core:
         self._check_room(n, n > 1)
         self._enter()  # (no write lock here: the counts are read under the guard)
         try:
-            full = self.core.room(n, ntokens, nbytes)
-            self.core.usage(use)
+            full = self._room(n, ntokens, nbytes, use)
         finally:
             self._leave()
         if full:
