@@ -569,13 +569,10 @@ cdef class _Core:
                 for i in range(n):
                     start, end = offsets[i], offsets[i + 1]
                     self._raw_tokens(text + start, end - start, spec, False)
-                    if careful:
-                        full = self._fit_one(spec.size(), end - start, added, use)
-                        if full:
-                            break
-                        added.push_back(<uint32_t>ids[i])
-                    self.core.add(<uint32_t>ids[i], spec.data(), spec.size(), text + start,
-                                  end - start)
+                    full = self._add_fitting(<uint32_t>ids[i], spec, text + start, end - start,
+                                             careful, added, use)
+                    if full:
+                        break
             finally:
                 self._leave()
             if full:
@@ -847,6 +844,22 @@ cdef class _Core:
             self.core.usage(use)  # after the withdrawals: the state the refusal leaves
         return full
 
+    cdef int _add_fitting(self, uint32_t sub_id, vector[Token]& spec, const char* text,
+                          size_t size, bint careful, vector[uint32_t]& added,
+                          size_t* use) except -1:
+        """Index one item of a batch (its tokens ``spec``, its text): first, when the batch
+        is ``careful``, ``_fit_one``, whose refusal (returned, the item not indexed) the
+        caller raises once it left the guard; else 0, the item remembered in ``added``.
+        Called under the guard; builds no Python object."""
+        cdef int full = 0
+        if careful:
+            full = self._fit_one(spec.size(), size, added, use)
+            if full:
+                return full
+            added.push_back(sub_id)
+        self.core.add(sub_id, spec.data(), spec.size(), text, size)
+        return 0
+
     cdef inline int _room(self, size_t items, size_t tokens, size_t text_bytes,
                           size_t* use) noexcept:
         """``Core::room``'s answer, and when it is not 0 the usage it was given against
@@ -982,13 +995,9 @@ cdef class _Core:
                     size = PyUnicode_GET_LENGTH(pattern)
                     self._enter()
                     try:
-                        if careful:
-                            full = self._fit_one(spec.size(), size, added, use)
-                            if not full:
-                                added.push_back(<uint32_t>sub_id)
-                        if not full:
-                            self.core.add(<uint32_t>sub_id, spec.data(), spec.size(),
-                                          <const char*>PyUnicode_DATA(pattern), size)
+                        full = self._add_fitting(<uint32_t>sub_id, spec,
+                                                 <const char*>PyUnicode_DATA(pattern), size,
+                                                 careful, added, use)
                     finally:
                         self._leave()
                     if full:

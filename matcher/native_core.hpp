@@ -1384,10 +1384,13 @@ class Core {
             slot_of_[i] = slot;
         }
         const size_t k = slot_word_.size();
-        if (by_word_.size() < k) by_word_.resize(k);
+        if (by_word_.size() < k) {  // a topic of more distinct words than any before
+            size_t from = by_word_.size();
+            by_word_.resize(k);
+            for (size_t slot = from; slot < k; ++slot) by_word_[slot].reserve(SCRATCH);
+        }
         for (size_t slot = 0; slot < k; ++slot) by_word_[slot].clear();
         reached_.assign(k, 0);
-        for (size_t slot = 0; slot < k; ++slot) by_word_[slot].reserve(SCRATCH);
         reset_memos();
         // Pruning (exact, as matcher/trie.py's walk_from), while more words remain after a
         // step than max_tail(): a node with no '#' below it cannot reach an id any more, and
