@@ -99,7 +99,7 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         bint has(uint32_t)
         const char* pattern_of(uint32_t, uint32_t*)
         uint32_t word_id(const char*, uint32_t)
-        void split_words(const char*, size_t, char, vector[uint32_t]&) except +
+        size_t split_words(const char*, size_t, char, vector[uint32_t]&) except +
         Ends walk(const uint32_t*, size_t, vector[uint32_t]*) except +
         bint add(uint32_t, const Token*, size_t, const char*, size_t) except +
         bint remove(uint32_t) except +
@@ -188,14 +188,17 @@ cdef extern from *:
                 counts.push_back(0);
                 continue;
             }
+            size_t count;  // `words`'s size is room, not the topic's words (see split_words)
             if (r.kind == 0) {
-                core.split_words(r.data, r.size, '.', words);
+                count = core.split_words(r.data, r.size, '.', words);
             } else {
-                words.clear();
-                for (uint32_t j = r.first; j < r.first + r.count; ++j)
-                    words.push_back(core.word_id(word_data[j], static_cast<uint32_t>(word_size[j])));
+                count = r.count;
+                if (words.size() < count) words.resize(count);
+                for (uint32_t j = 0; j < r.count; ++j)
+                    words[j] = core.word_id(word_data[r.first + j],
+                                            static_cast<uint32_t>(word_size[r.first + j]));
             }
-            topicstore::Ends ends = core.walk(words.data(), words.size(), nullptr);
+            topicstore::Ends ends = core.walk(words.data(), count, nullptr);
             size_t start = ids.size();
             for (size_t j = 0; j < ends.size; ++j) {
                 uint32_t ref = ends.data[j];
@@ -434,7 +437,8 @@ cdef class _Core:
 
     cdef Core* core
     cdef mutex guard  # see the module docstring
-    cdef vector[uint32_t] words   # scratch of match (under the guard): the topic's word ids
+    cdef vector[uint32_t] words   # scratch of match (under the guard): the topic's word ids,
+                                  # its size room for them (see Core::split_words)
     cdef bint fast_amqp
     cdef Py_ssize_t max_subscriptions
     cdef object dialect_
@@ -446,7 +450,7 @@ cdef class _Core:
 
     def __cinit__(self, *args, **kwargs):
         self.core = new Core()
-        self.words.reserve(256)  # an AMQP key's most words: a first match does not regrow it
+        self.words.resize(256)  # an AMQP key's most words: a match does not grow it
 
     def __dealloc__(self):
         del self.core
@@ -627,13 +631,15 @@ cdef class _Core:
         self._enter()
         try:
             if plain:
-                self.core.split_words(<const char*>PyUnicode_DATA(topic),
-                                      PyUnicode_GET_LENGTH(topic), b'.', self.words)
+                n = self.core.split_words(<const char*>PyUnicode_DATA(topic),
+                                          PyUnicode_GET_LENGTH(topic), b'.', self.words)
             else:
-                self.words.clear()
-                for i in range(word_data.size()):
-                    self.words.push_back(self.core.word_id(word_data[i], word_size[i]))
-            ends = self.core.walk(self.words.data(), self.words.size(), NULL)
+                n = word_data.size()
+                if self.words.size() < n:
+                    self.words.resize(n)
+                for i in range(n):
+                    self.words[i] = self.core.word_id(word_data[i], word_size[i])
+            ends = self.core.walk(self.words.data(), n, NULL)
             n = ends.size
             for i in range(n):
                 ref = ends.data[i]

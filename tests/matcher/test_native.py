@@ -90,6 +90,34 @@ def test_non_ascii_long_and_other_dialect_topics() -> None:
     mqtt._check()
 
 
+def test_topic_words_of_every_length_around_the_packed_bound() -> None:
+    """The fast path packs words of fewer than 8 bytes while it looks for dots (a longer
+    word's packed bytes wrap around and must not pass for a short word): words of 0 to 17
+    bytes that share their first bytes, alone and next to each other, match exactly as
+    the rule says, through ``match`` and ``match_ids``."""
+    words = ["abcdefghijklmnopq"[:n] for n in range(18)] + ["ibcdefgh", "i"]
+    m = NativeMatcher()
+    patterns = {}
+    for i, a in enumerate(words):
+        patterns[2 * i] = a
+        patterns[2 * i + 1] = f"{a}.*.{words[-1 - i]}"
+    for sub_id, pattern in patterns.items():
+        m.subscribe(sub_id, pattern)
+    rng = random.Random(7)
+    topics = list(words) + [".".join(rng.choice(words) for _ in range(3)) for _ in range(400)]
+    counts, ids, _ = m.match_ids(topics)
+    at = 0
+    for k, topic in enumerate(topics):
+        split = AMQP.split_topic(topic)
+        expected = sorted(
+            i for i, p in patterns.items() if pattern_matches(AMQP.parse_pattern(p), split)
+        )
+        assert sorted(m.match(topic)) == expected, topic
+        assert list(ids[at : at + counts[k]]) == expected, topic
+        at += counts[k]
+    m._check()
+
+
 def _sorted_match(m: NativeMatcher, topic: str) -> list[int]:
     return sorted(m.match(topic))
 
