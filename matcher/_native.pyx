@@ -90,6 +90,7 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         uint32_t size()
         uint32_t node_count()
         uint32_t hash_count()
+        bint answers_by_tuples(size_t)
         uint64_t version()
         uint32_t end_count(const Ends&, size_t)
         const uint32_t* end_ids(const Ends&, size_t)
@@ -748,6 +749,10 @@ cdef class _Core:
                 self._leave()
             start = stop
         return _uint32_array(counts), _uint32_array(ids), errors
+
+    def _answers_by_tuples(self, Py_ssize_t words):
+        """Whether a topic of ``words`` words is answered by the tuple index (tests)."""
+        return words >= 0 and self.core.answers_by_tuples(words)
 
     def _walk(self, words, level_sizes):
         """The walk over ``words`` (already split): the nodes it ends on, and, into

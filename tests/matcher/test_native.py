@@ -128,6 +128,68 @@ def test_topic_words_of_every_length_around_the_packed_bound() -> None:
     m._check()
 
 
+def test_tuple_index_answers_short_star_patterns_and_steps_aside() -> None:
+    """Patterns of at most five words without ``#`` are looked up in the tuple index (one
+    probe per ``*`` shape); a ``#`` pattern or a longer one hands every length back to the
+    walk, too many shapes for a length hands that length back, and removing them brings the
+    index back. Results follow the rule throughout, and ``_check`` holds: the index mirrors
+    every end node through subscribes, tail leaves unfolding and unsubscribes."""
+    rng = random.Random(11)
+    m = NativeMatcher()
+    patterns: dict[int, str] = {}
+
+    def pattern(words: int, stars: int) -> str:
+        parts = [str(rng.randrange(4)) for _ in range(words)]
+        for at in rng.sample(range(words), min(stars, words)):
+            parts[at] = "*"
+        return ".".join(parts)
+
+    def agree() -> None:
+        for _ in range(150):
+            topic = ".".join(str(rng.randrange(5)) for _ in range(rng.randint(1, 6)))
+            split = AMQP.split_topic(topic)
+            expected = {
+                i for i, p in patterns.items() if pattern_matches(AMQP.parse_pattern(p), split)
+            }
+            assert set(m.match(topic)) == expected, topic
+        m._check()
+
+    def sub(sub_id: int, text: str) -> None:
+        m.subscribe(sub_id, text)
+        patterns[sub_id] = text
+
+    def unsub(sub_id: int) -> None:
+        m.unsubscribe(sub_id)
+        del patterns[sub_id]
+
+    sub(1, "0.1.2.3")  # a tail leaf, unfolded by the next one
+    sub(2, "0.1.9")
+    for i in range(3, 300):
+        sub(i, pattern(rng.choice((3, 5)), rng.choice((0, 0, 1))))
+    assert m._answers_by_tuples(5) and m._answers_by_tuples(3)
+    agree()
+    sub(1000, "0.#.1")
+    assert not m._answers_by_tuples(5) and not m._answers_by_tuples(3)
+    agree()
+    unsub(1000)
+    sub(1001, "0.1.2.3.4.5")
+    assert not m._answers_by_tuples(5)
+    agree()
+    unsub(1001)
+    assert m._answers_by_tuples(5)
+    for i, stars in enumerate(((0,), (1,), (2,), (3,), (0, 1), (0, 2), (0, 3), (1, 2), (1, 3))):
+        sub(2000 + i, ".".join("*" if k in stars else "1" for k in range(4)))
+    assert not m._answers_by_tuples(4) and m._answers_by_tuples(5)
+    agree()
+    for sub_id in rng.sample(sorted(patterns), len(patterns) // 2):
+        unsub(sub_id)
+    agree()
+    for sub_id in list(patterns):
+        unsub(sub_id)
+    assert m._answers_by_tuples(4) and len(m) == 0
+    agree()
+
+
 def _sorted_match(m: NativeMatcher, topic: str) -> list[int]:
     return sorted(m.match(topic))
 
