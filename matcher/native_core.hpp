@@ -398,9 +398,12 @@ class Core {
     uint32_t size() const { return id_count_; }
     uint32_t node_count() const { return node_count_; }
     uint32_t hash_count() const { return hash_count_; }
-    // Whether a walk over `n` words is a lookup in the tuple index (see tuple_walk).
+    // Whether a walk over `n` words is a lookup in the tuple index (see tuple_walk). The
+    // count is asked too: an add() that threw (out of memory) after its end node counted
+    // itself UNTUPLED never reached settle_tuples(), and the walk must answer then.
     bool answers_by_tuples(size_t n) const {
-        return tuples_on_ && n <= TUPLE_WORDS && shapes_[n].size() <= MAX_SHAPES;
+        return tuples_on_ && untupled_ == 0 && n <= TUPLE_WORDS &&
+               shapes_[n].size() <= MAX_SHAPES;
     }
     // The most tokens any pattern has after its last '#' (all of them without one): a node
     // with no '#' below it is at most that many words from its ids.
