@@ -104,6 +104,13 @@ size_t emit(uint32_t ref, uint32_t ids, uint32_t* out) {
 }
 
 uint32_t level_buf[2][256], ends_ids[256];
+
+// The ids of a walk's `count` ends (their ids fields in ends_ids) into `out`; their number.
+size_t emit_ends(const uint32_t* level, size_t count, uint32_t* out) {
+    size_t total = 0;
+    for (size_t j = 0; j < count; ++j) total += emit(level[j], ends_ids[j], out + total);
+    return total;
+}
 using Walk = size_t (*)(const uint32_t*, uint32_t*);
 
 // -- edge_table ----------------------------------------------------------------------------
@@ -176,21 +183,21 @@ size_t walk_edge_table(const uint32_t* words, uint32_t* out) {
                 if (level[j] & T_STAR) __builtin_prefetch(&nodes[level[j] & INDEX]);
             }
         const bool last = i + 1 == WORDS;
+        auto keep = [&](uint32_t c, const uint32_t* ids) {  // ids read only if kept
+            if (last ? (c & T_IDS) != 0 : (c & (T_KIDS | T_STAR)) != 0) {
+                next[m] = c;
+                ends_ids[m++] = *ids;
+            }
+        };
         for (size_t j = 0; j < count; ++j) {
             const uint32_t ref = level[j];
             if (ref & T_KIDS) {
                 const Edge* e = probe(ref & INDEX, w);
-                if (last ? (e->child & T_IDS) != 0 : (e->child & (T_KIDS | T_STAR)) != 0) {
-                    next[m] = e->child;
-                    ends_ids[m++] = e->ids;
-                }
+                keep(e->child, &e->ids);
             }
             if (ref & T_STAR) {
                 const uint32_t c = nodes[ref & INDEX].star;
-                if (last ? (c & T_IDS) != 0 : (c & (T_KIDS | T_STAR)) != 0) {
-                    next[m] = c;
-                    ends_ids[m++] = nodes[c & INDEX].ids;
-                }
+                keep(c, &nodes[c & INDEX].ids);
             }
         }
         at ^= 1;
@@ -198,9 +205,7 @@ size_t walk_edge_table(const uint32_t* words, uint32_t* out) {
         count = m;
         if (count == 0) return 0;
     }
-    size_t total = 0;
-    for (size_t j = 0; j < count; ++j) total += emit(level[j], ends_ids[j], out + total);
-    return total;
+    return emit_ends(level, count, out);
 }
 
 // -- node_blocks ---------------------------------------------------------------------------
@@ -281,9 +286,7 @@ size_t walk_node_blocks(const uint32_t* words, uint32_t* out) {
         count = m;
         if (count == 0) return 0;
     }
-    size_t total = 0;
-    for (size_t j = 0; j < count; ++j) total += emit(level[j], ends_ids[j], out + total);
-    return total;
+    return emit_ends(level, count, out);
 }
 
 // -- tuple_space ---------------------------------------------------------------------------
@@ -349,9 +352,7 @@ size_t walk_tuple_space(const uint32_t* words, uint32_t* out) {
                 break;
             }
         }
-    size_t total = 0;
-    for (size_t j = 0; j < m; ++j) total += emit(level_buf[0][j], ends_ids[j], out + total);
-    return total;
+    return emit_ends(level_buf[0], m, out);
 }
 
 // Whether every layout answers every topic with the same ids (in any order).

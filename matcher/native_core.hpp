@@ -380,6 +380,7 @@ class Core {
         nodes_.emplace_back();
         nodes_[0].label = 0;  // the root: live, nobody's child
         feeds_.push_back(0);
+        tuple_at_.push_back(NO_TUPLE);
         edges_.assign(16, Edge{0, 0, NO_NODE, 0});
         idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
         wordslots_.assign(16, WordSlot{0, 0, 0});
@@ -1139,24 +1140,14 @@ class Core {
             for (size_t i = slots[q];; i = (i + 1) & mask) {
                 const Tuple& t = tuples_[i];
                 if (t.shape == 0) break;
-                if (t.shape == wanted[q] && same_words(t.words, keys[q], n)) {
+                if (t.shape == wanted[q] && std::equal(keys[q], keys[q] + n, t.words)) {
                     level[count] = t.ref;
                     ids[count++] = t.ids;
                     break;
                 }
             }
-        const bool kept = !cached_.empty() && !gate_.bypassing();
-        for (size_t j = 0; j < count; ++j) {
-            if (level[j] & HAS_MANY) __builtin_prefetch(&idvecs_[ids[j]]);
-            if (kept) __builtin_prefetch(&cached_[cached_bucket(level[j] & INDEX)]);
-        }
+        prefetch_results(level, ids, count);
         return Ends{level, ids, count};
-    }
-
-    static bool same_words(const uint32_t* a, const uint32_t* b, size_t n) {
-        for (size_t i = 0; i < n; ++i)
-            if (a[i] != b[i]) return false;
-        return true;
     }
 
     // The key of the pattern ending at node `i` (its words from the root, a tail leaf's
@@ -1183,7 +1174,6 @@ class Core {
     // field changes: retag, unfold). An end node's key never changes while it holds ids
     // (unfold keeps the leaf's words), so an entry is rewritten in place or comes and goes.
     void sync_tuple(uint32_t i) {
-        if (tuple_at_.size() <= i) tuple_at_.resize(nodes_.size(), NO_TUPLE);
         const uint32_t at = tuple_at_[i];
         const bool ends = nodes_[i].live() && nodes_[i].nids != 0;
         if (!ends) {
@@ -1211,11 +1201,18 @@ class Core {
         if ((tuple_count_ + 1) * 4 > tuples_.size() * 3) grow_tuples();  // add() made room first
         place_tuple(t);
         ++tuple_count_;
-        auto& shapes = shapes_[n];
+        count_shape(shapes_[n], t.shape, 1);
+    }
+
+    // One entry of `shape` more (delta 1) or fewer (-1) in `shapes` (a length's shapes in
+    // use with their entry counts; a shape leaves when its count reaches 0).
+    static void count_shape(std::vector<std::pair<uint32_t, uint32_t>>& shapes, uint32_t shape,
+                            int delta) {
         auto s = std::find_if(shapes.begin(), shapes.end(),
-                              [&](const auto& p) { return p.first == t.shape; });
-        if (s == shapes.end()) shapes.emplace_back(t.shape, 1);
-        else ++s->second;
+                              [&](const auto& p) { return p.first == shape; });
+        if (s == shapes.end()) s = shapes.emplace(shapes.end(), shape, 0);
+        s->second += static_cast<uint32_t>(delta);
+        if (s->second == 0) shapes.erase(s);
     }
 
     void place_tuple(const Tuple& t) {
@@ -1226,11 +1223,10 @@ class Core {
         tuple_at_[t.ref & INDEX] = static_cast<uint32_t>(i);
     }
 
-    // At most half full; written before the trie changes (add) so that an entry's
-    // insertion allocates nothing.
+    // At most 3/4 full; grown before the trie changes (add) so that an entry's insertion
+    // allocates nothing.
     void reserve_tuple() {
         if (tuples_on_ && (tuple_count_ + 1) * 4 > tuples_.size() * 3) grow_tuples();
-        if (tuple_at_.size() < nodes_.size() + 1) tuple_at_.resize(nodes_.size() + 64, NO_TUPLE);
     }
 
     void grow_tuples() {
@@ -1256,10 +1252,7 @@ class Core {
         }
         tuples_[i] = Tuple{};
         --tuple_count_;
-        auto& shapes = shapes_[shape >> 16];
-        auto s = std::find_if(shapes.begin(), shapes.end(),
-                              [&](const auto& p) { return p.first == shape; });
-        if (--s->second == 0) shapes.erase(s);
+        count_shape(shapes_[shape >> 16], shape, -1);
     }
 
     // After a write: the index is kept only while it can answer, that is while every end
@@ -1289,7 +1282,6 @@ class Core {
             size_t size = 16;
             while ((ends + 1) * 4 > size * 3) size *= 2;
             tuples_.assign(size, Tuple{});
-            if (tuple_at_.size() < nodes_.size()) tuple_at_.resize(nodes_.size(), NO_TUPLE);
             tuples_on_ = true;
             for (uint32_t i = 0; i < nodes_.size(); ++i)
                 if (nodes_[i].live() && nodes_[i].nids != 0) sync_tuple(i);
@@ -1302,10 +1294,11 @@ class Core {
     // else; off exactly while some end node is UNTUPLED, and then empty.
     std::string check_tuples() const {
         if (tuples_on_ != (untupled_ == 0)) return "tuple index on/off";
+        if (tuple_at_.size() != nodes_.size()) return "tuple slots per node";
         uint32_t entries = 0, untupled = 0;
         std::vector<std::pair<uint32_t, uint32_t>> shapes[TUPLE_WORDS + 1];
         for (uint32_t i = 0; i < nodes_.size(); ++i) {
-            const uint32_t at = i < tuple_at_.size() ? tuple_at_[i] : NO_TUPLE;
+            const uint32_t at = tuple_at_[i];
             if (!nodes_[i].live() || nodes_[i].nids == 0) {
                 if (at != NO_TUPLE) return "tuple of a node that ends no pattern";
                 continue;
@@ -1323,13 +1316,10 @@ class Core {
             }
             if (at >= tuples_.size()) return "end node without its tuple";
             const Tuple& t = tuples_[at];
-            if (t.shape != shape || !same_words(t.words, words, n)) return "tuple key";
+            if (t.shape != shape || !std::equal(words, words + n, t.words)) return "tuple key";
             if (t.ref != (i | tags(i)) || t.ids != nodes_[i].ids) return "tuple mirror";
             ++entries;
-            auto s = std::find_if(shapes[n].begin(), shapes[n].end(),
-                                  [&](const auto& p) { return p.first == shape; });
-            if (s == shapes[n].end()) shapes[n].emplace_back(shape, 1);
-            else ++s->second;
+            count_shape(shapes[n], shape, 1);
         }
         if (entries != tuple_count_ || untupled != untupled_) return "tuple counts";
         if (!tuples_on_) return tuples_.empty() ? "" : "tuples kept while off";
@@ -1428,15 +1418,19 @@ class Core {
             count = tails_matched(words, n, level, count);
             ids_from_nodes(level, ids, before, count);
         }
-        // The caller reads the ends' id vectors next, and the result kept for one (cached_)
-        // while kept results are used: ask for all those lines at once.
+        prefetch_results(level, ids, count);
+        return Ends{level, ids, count};
+    }
+
+    // The caller of a walk reads the ends' id vectors next, and the result kept for one
+    // (cached_) while kept results are used: ask for all those lines at once.
+    void prefetch_results(const uint32_t* level, const uint32_t* ids, size_t count) const {
         const bool kept = !cached_.empty() && !gate_.bypassing();
         for (size_t j = 0; j < count; ++j) {
-            uint32_t ref = level[j];
+            const uint32_t ref = level[j];
             if (ref & HAS_MANY) __builtin_prefetch(&idvecs_[ids[j]]);
             if (kept && (ref & HAS_IDS)) __builtin_prefetch(&cached_[cached_bucket(ref & INDEX)]);
         }
-        return Ends{level, ids, count};
     }
 
     // `v`'s storage with room for at least `need` entries (it grows, never shrinks; its
@@ -1827,6 +1821,7 @@ class Core {
             i = static_cast<uint32_t>(nodes_.size());
             nodes_.emplace_back();
             feeds_.push_back(0);
+            tuple_at_.push_back(NO_TUPLE);
         }
         Node& n = nodes_[i];
         n.parent = parent;
