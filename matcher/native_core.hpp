@@ -35,6 +35,8 @@
 // any pattern has after its last '#' (max_tail()), only nodes with a '#' below them
 // (HAS_FEEDS) and not yet "spent" (every '#' below already active) can change the answer,
 // so the walk carries only those (see hash_walk); matcher/trie.py prunes the same way.
+// Each node counts the '#' nodes below it, and the walk counts those it activates at their
+// ancestors, so "spent" is one comparison (see spent()).
 //
 // Thread safety is the caller's (matcher/_native.pyx): every method runs start to end
 // holding the GIL and calls no Python code, so no reader ever sees a half-applied write.
@@ -62,7 +64,7 @@ constexpr uint32_t HAS_HASH = 1u << 30;
 constexpr uint32_t HAS_IDS = 1u << 29;
 constexpr uint32_t HAS_KIDS = 1u << 28;     // literal children
 constexpr uint32_t HAS_TAIL = 1u << 27;     // a tail leaf (see Node)
-constexpr uint32_t HAS_FEEDS = 1u << 26;    // a '#' node below (Core::feeds_)
+constexpr uint32_t HAS_FEEDS = 1u << 26;    // a '#' node below (Core::hashes_below_)
 constexpr uint32_t HAS_MANY = 1u << 25;     // two or more ids (Node::ids is an IdVec's index)
 constexpr uint32_t INDEX = HAS_MANY - 1;    // the node index part of a reference
 constexpr uint32_t HAS_EDGES = HAS_STAR | HAS_HASH | HAS_KIDS;
@@ -379,7 +381,7 @@ class Core {
     Core() {
         nodes_.emplace_back();
         nodes_[0].label = 0;  // the root: live, nobody's child
-        feeds_.push_back(0);
+        hashes_below_.push_back(0);
         tuple_at_.push_back(NO_TUPLE);
         edges_.assign(16, Edge{0, 0, NO_NODE, 0});
         idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
@@ -578,7 +580,7 @@ class Core {
         return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
                (n.nids ? HAS_IDS : 0) | (n.nids >= 2 ? HAS_MANY : 0) |
                (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0) |
-               (feeds_[i] ? HAS_FEEDS : 0);
+               (hashes_below_[i] ? HAS_FEEDS : 0);
     }
 
     // Tagged references to the nodes reachable after consuming `words` (ids from word_id):
@@ -666,6 +668,7 @@ class Core {
                     next = new_node(cur, HASH);
                     nodes_[cur].hash = next;
                     ++hash_count_;
+                    count_hash(next, 1);
                     retag(cur);
                 }
             } else {
@@ -746,6 +749,7 @@ class Core {
             } else if (n.label == HASH) {
                 p.hash = NO_NODE;
                 --hash_count_;
+                count_hash(cur, -1);
                 retag(parent);
             } else {
                 if (n.is_tail()) drop_tail(cur);
@@ -898,22 +902,25 @@ class Core {
             }
         }
         if (words != word_count_) return "word count";
-        // feeds_ and the tail counts, recomputed from each id's end node (count_pattern).
-        if (feeds_.size() != nodes_.size()) return "feeds size";
-        std::vector<uint32_t> feeds(nodes_.size(), 0), tails(tail_counts_.size(), 0);
+        // The tail counts, recomputed from each id's end node (count_pattern), and the '#'
+        // nodes below each node, from each '#' node (count_hash).
+        std::vector<uint32_t> tails(tail_counts_.size(), 0);
         for (const IdSlot& slot : idslots_) {
             if (slot.node == EMPTY_SLOT) continue;
             uint32_t tail;
-            uint32_t h = last_hash(slot.node, &tail);
-            if (h != 0)
-                for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
-                    ++feeds[a];
-                    if (a == 0) break;
-                }
+            last_hash(slot.node, &tail);
             if (tail >= tails.size()) return "tail count missing";
             ++tails[tail];
         }
-        if (feeds != feeds_) return "feeds count";
+        if (hashes_below_.size() != nodes_.size()) return "hashes below size";
+        std::vector<uint32_t> below(nodes_.size(), 0);
+        for (uint32_t i = 1; i < nodes_.size(); ++i)
+            if (nodes_[i].live() && nodes_[i].is_hash())
+                for (uint32_t a = nodes_[i].parent;; a = nodes_[a].parent) {
+                    ++below[a];
+                    if (a == 0) break;
+                }
+        if (below != hashes_below_) return "hashes below";
         if (tails != tail_counts_) return "tail counts";
         uint32_t longest = 0;
         for (uint32_t t = 0; t < tails.size(); ++t)
@@ -1025,8 +1032,9 @@ class Core {
     size_t max_nodes_ = MAX_NODES, max_tail_entries_ = MAX_TAIL_ENTRIES;  // (lower_capacity)
     size_t max_text_bytes_ = MAX_TEXT_BYTES;
     std::vector<Node> nodes_;
-    // Per node: the patterns whose last '#' is below it (the walk's HAS_FEEDS tag).
-    std::vector<uint32_t> feeds_;
+    // Per node: the '#' nodes below it (the walk's HAS_FEEDS tag, and its test of
+    // spent()).
+    std::vector<uint32_t> hashes_below_;
     std::vector<uint32_t> tail_counts_;  // patterns per tail length (see max_tail())
     uint32_t max_tail_ = 0;
     std::vector<uint32_t> free_nodes_;
@@ -1068,12 +1076,13 @@ class Core {
     static constexpr size_t MEMO_SLOTS = 16;      // distinct topic words the memo table covers
     struct Memo;
     std::vector<Memo> memo_;
-    struct Proof {       // trivial: proofs_ grows by memset (see grow_proofs)
-        uint32_t epoch;    // the walk it holds for (0: none)
-        uint32_t blocker;  // NO_NODE: spent; GAVE_UP; else an inactive '#' node below
+    struct ActiveBelow {  // trivial: active_below_ grows by memset (see grow_active_below)
+        uint32_t epoch;   // the walk it counts for (0: none)
+        uint32_t active;  // '#' nodes below the node made active in that walk's pruned part
     };
-    std::vector<Proof, NoInit<Proof>> proofs_;  // per node, grown by pruned walks
-    std::vector<uint32_t> probe_stack_, probe_seen_;
+    // Per node, grown by pruned walks: see spent().
+    std::vector<ActiveBelow, NoInit<ActiveBelow>> active_below_;
+    bool counting_ = false;  // hash_walk: activations are counted (its pruned part)
 
     // Fibonacci hashing: one multiply, the top bits (the walk computes one per step).
     size_t edge_bucket(uint32_t parent, uint32_t word) const {
@@ -1465,6 +1474,7 @@ class Core {
         if (h_node.star == epoch_) return;  // a '#' node's stamp (see Node)
         h_node.star = epoch_;
         active_.push_back(href);
+        if (counting_) count_active(href & INDEX);
         if (!(href & HAS_KIDS)) return;
         uint32_t h = href & INDEX;
         const uint32_t* slot_word = slot_word_.data();
@@ -1583,60 +1593,35 @@ class Core {
         m.reached = static_cast<uint32_t>(m.out.size());
     }
 
-    static constexpr uint32_t GAVE_UP = 0xFFFFFFFFu;  // Proof::blocker: the proof ran out
-    static constexpr size_t SPENT_PROBE = 32;          // nodes a proof may visit
-
-    // Whether node `x` is spent in this walk: every '#' node below it, through the topic's
-    // words and '*' edges, is active already, so carrying it changes nothing before the cut
-    // (see hash_walk). Memoized per walk in proofs_: "spent" holds for the rest of the walk
-    // (active '#' nodes stay active), "not spent" while the '#' node the proof met stays
-    // inactive. A proof visits at most SPENT_PROBE nodes, then keeps `x` for the walk
-    // (keeping is always safe), and probes the topic's distinct words (< MEMO_SLOTS) per
-    // node.
-    bool spent(uint32_t x) {
-        const Proof& p = proofs_[x];
-        if (p.epoch == epoch_) {
-            if (p.blocker == NO_NODE) return true;
-            if (p.blocker == GAVE_UP || nodes_[p.blocker].star != epoch_) return false;
-        }
-        std::vector<uint32_t>& stack = probe_stack_;
-        std::vector<uint32_t>& seen = probe_seen_;
-        stack.assign(1, x);
-        seen.clear();
-        const size_t k = slot_word_.size();
-        while (!stack.empty()) {
-            uint32_t y = stack.back();
-            stack.pop_back();
-            if (proofs_[y].epoch == epoch_ && proofs_[y].blocker == NO_NODE) continue;
-            const Node& node = nodes_[y];
-            if (node.hash != NO_NODE && nodes_[node.hash & INDEX].star != epoch_) {
-                proofs_[x] = Proof{epoch_, node.hash & INDEX};
-                return false;
-            }
-            seen.push_back(y);
-            if (seen.size() > SPENT_PROBE) {
-                proofs_[x] = Proof{epoch_, GAVE_UP};
-                return false;
-            }
-            if (node.nchildren)
-                for (size_t slot = 0; slot < k; ++slot) {
-                    uint32_t c = child(y, slot_word_[slot]);
-                    if (c & HAS_FEEDS) stack.push_back(c & INDEX);
-                }
-            uint32_t star = node.star_ref();
-            if (star & HAS_FEEDS) stack.push_back(star & INDEX);
-        }
-        for (uint32_t y : seen) proofs_[y] = Proof{epoch_, NO_NODE};
-        return true;
+    // Whether node `x` is spent in this walk: every '#' node below it is active already,
+    // so carrying it changes nothing before the cut (see hash_walk). reach() counts each
+    // activation at the '#' node's ancestors while the walk prunes (counting_), so this is
+    // one comparison; it holds for the rest of the walk (active '#' nodes stay active).
+    // It counts the '#' nodes below through any word, not only the topic's: a node with
+    // one the topic cannot reach is carried to the cut (keeping is always safe).
+    bool spent(uint32_t x) const {
+        const ActiveBelow& p = active_below_[x];
+        return p.epoch == epoch_ && p.active == hashes_below_[x];
     }
 
-    // proofs_ to one per node, the new ones empty (epoch 0): one memset, not a
+    // '#' node `h` became active in the pruned part of a walk: one more active below each
+    // of its ancestors. O(depth), once per '#' node and walk.
+    void count_active(uint32_t h) {
+        for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
+            ActiveBelow& p = active_below_[a];
+            if (p.epoch != epoch_) p = ActiveBelow{epoch_, 0};
+            ++p.active;
+            if (a == 0) break;
+        }
+    }
+
+    // active_below_ to one per node, the new ones empty (epoch 0): one memset, not a
     // constructor call per node (5,000 instructions of a first walk over 2,300 nodes).
-    void grow_proofs() {
-        size_t from = proofs_.size();
-        proofs_.resize(nodes_.size());
-        std::memset(static_cast<void*>(proofs_.data() + from), 0,
-                    (proofs_.size() - from) * sizeof(Proof));
+    void grow_active_below() {
+        size_t from = active_below_.size();
+        active_below_.resize(nodes_.size());
+        std::memset(static_cast<void*>(active_below_.data() + from), 0,
+                    (active_below_.size() - from) * sizeof(ActiveBelow));
     }
 
     // The '#' walk's scratch, allocated once (by the first '#' pattern's add(): a first
@@ -1648,8 +1633,6 @@ class Core {
         next_.reserve(4 * SCRATCH);
         active_.reserve(SCRATCH);
         memo_touched_.reserve(memo_.size());
-        probe_stack_.reserve(4 * SPENT_PROBE);
-        probe_seen_.reserve(2 * SPENT_PROBE);
         slot_word_.reserve(MEMO_SLOTS);
         reached_.reserve(MEMO_SLOTS);
         tail_ends_.reserve(MEMO_SLOTS);
@@ -1662,7 +1645,7 @@ class Core {
         if (++epoch_ == 0) {  // wrapped: forget every stamp
             for (Node& node : nodes_)
                 if (node.is_hash()) node.star = 0;  // the stamp (see Node)
-            std::memset(static_cast<void*>(proofs_.data()), 0, proofs_.size() * sizeof(Proof));
+            std::memset(static_cast<void*>(active_below_.data()), 0, active_below_.size() * sizeof(ActiveBelow));
             epoch_ = 1;
         }
         // Distinct known words of the topic -> slots.
@@ -1694,7 +1677,8 @@ class Core {
         const size_t cut = n > max_tail_ ? n - max_tail_ : 0;
         bool pruning = cut > 1;
         const bool prove = pruning && k < MEMO_SLOTS;
-        if (prove && proofs_.size() < nodes_.size()) grow_proofs();
+        if (prove && active_below_.size() < nodes_.size()) grow_active_below();
+        counting_ = prove;  // before the root's reach()
         active_.clear();
         tail_ends_.clear();
         // A level: `level` (nodes reached through literal and '*' edges) plus its static
@@ -1711,6 +1695,7 @@ class Core {
             uint32_t slot = slot_of_[i];
             if (pruning && i + 1 >= cut) {
                 pruning = false;
+                counting_ = false;
                 reset_memos();
             }
             // As in plain_walk, plus HAS_HASH: reach() needs the node to set its '#' aside
@@ -1820,7 +1805,7 @@ class Core {
             if (nodes_.size() >= max_nodes_) throw std::length_error("too many trie nodes");
             i = static_cast<uint32_t>(nodes_.size());
             nodes_.emplace_back();
-            feeds_.push_back(0);
+            hashes_below_.push_back(0);
             tuple_at_.push_back(NO_TUPLE);
         }
         Node& n = nodes_[i];
@@ -1840,23 +1825,26 @@ class Core {
         return h;
     }
 
-    // A pattern ending at `leaf` comes (delta +1) or goes (-1): the nodes before its last
-    // '#' (root included) feed one pattern more or less, and its tail (the tokens after that
-    // '#', or all of them) is counted for max_tail(). O(depth).
+    // A pattern ending at `leaf` comes (delta +1) or goes (-1): its tail (the tokens after
+    // its last '#', or all of them) is counted for max_tail(). O(depth).
     void count_pattern(uint32_t leaf, int delta) {
         uint32_t tail;
-        uint32_t h = last_hash(leaf, &tail);
-        if (h != 0)
-            for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
-                uint32_t before = feeds_[a];
-                feeds_[a] = before + static_cast<uint32_t>(delta);
-                if ((before == 0) != (feeds_[a] == 0)) retag(a);
-                if (a == 0) break;
-            }
+        last_hash(leaf, &tail);
         if (tail_counts_.size() <= tail) tail_counts_.resize(tail + 1, 0);
         tail_counts_[tail] += static_cast<uint32_t>(delta);
         if (tail > max_tail_ && tail_counts_[tail]) max_tail_ = tail;
         while (max_tail_ > 0 && tail_counts_[max_tail_] == 0) --max_tail_;
+    }
+
+    // '#' node `h` comes (delta +1) or goes (-1): every node above it (root included) has
+    // one more or one less below (hashes_below_), and HAS_FEEDS when it has any. O(depth).
+    void count_hash(uint32_t h, int delta) {
+        for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
+            uint32_t before = hashes_below_[a];
+            hashes_below_[a] = before + static_cast<uint32_t>(delta);
+            if ((before == 0) != (hashes_below_[a] == 0)) retag(a);
+            if (a == 0) break;
+        }
     }
 
     void free_node(uint32_t i) {

@@ -309,6 +309,33 @@ def test_pruned_walk_follows_writes() -> None:
     m._check()
 
 
+def test_pruned_walk_drops_a_node_once_every_hash_below_is_active() -> None:
+    """Before the cut, a node is carried only while a '#' node below it is not active yet:
+    ``a.a`` under the first '#' feeds the second '#', which the first ``a.a`` activates,
+    and from then on the node is spent and dropped (each level counts the first '#''s
+    ``a`` child, two active '#' nodes and the nodes carried). A second pattern puts a
+    '#' below the same node that this topic never reaches, and the node is carried to the
+    cut. Counted, never timed; both against the rule."""
+    words = ["a"] * 100 + ["b"]
+    sizes: dict[str, list[int]] = {}
+    for name, patterns in {
+        "spent": ["#.a.a.#.b"],
+        "carried": ["#.a.a.#.b", "#.a.a.c.#.b"],
+    }.items():
+        m = NativeMatcher()
+        m.subscribe_many(list(enumerate(patterns)))
+        m._check()
+        levels: list[int] = []
+        m._walk(words, levels)
+        sizes[name] = levels[10:90]
+        expected = {
+            i for i, p in enumerate(patterns) if pattern_matches(AMQP.parse_pattern(p), words)
+        }
+        assert set(m.match(".".join(words))) == expected == {0}
+    assert set(sizes["spent"]) == {3}
+    assert set(sizes["carried"]) == {4}
+
+
 def test_readers_on_the_general_path_do_not_share_words() -> None:
     """Topics off the C fast path go through the dialect's (Python) splitter first, during
     which another thread may match: each reader must still walk its own words."""
