@@ -101,6 +101,7 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         const char* pattern_of(uint32_t, uint32_t*)
         uint32_t word_id(const char*, uint32_t)
         size_t split_words(const char*, size_t, char, vector[uint32_t]&) except +
+        size_t word_ids(const char* const*, const size_t*, size_t, vector[uint32_t]&) except +
         Ends walk(const uint32_t*, size_t, vector[uint32_t]*) except +
         bint add(uint32_t, const Token*, size_t, const char*, size_t) except +
         bint remove(uint32_t) except +
@@ -193,11 +194,7 @@ cdef extern from *:
             if (r.kind == 0) {
                 count = core.split_words(r.data, r.size, '.', words);
             } else {
-                count = r.count;
-                if (words.size() < count) words.resize(count);
-                for (uint32_t j = 0; j < r.count; ++j)
-                    words[j] = core.word_id(word_data[r.first + j],
-                                            static_cast<uint32_t>(word_size[r.first + j]));
+                count = core.word_ids(word_data + r.first, word_size + r.first, r.count, words);
             }
             topicstore::Ends ends = core.walk(words.data(), count, nullptr);
             size_t start = ids.size();
@@ -640,11 +637,8 @@ cdef class _Core:
                 n = self.core.split_words(<const char*>PyUnicode_DATA(topic),
                                           PyUnicode_GET_LENGTH(topic), b'.', self.words)
             else:
-                n = word_data.size()
-                if self.words.size() < n:
-                    self.words.resize(n)
-                for i in range(n):
-                    self.words[i] = self.core.word_id(word_data[i], word_size[i])
+                n = self.core.word_ids(word_data.data(), word_size.data(), word_data.size(),
+                                       self.words)
             ends = self.core.walk(self.words.data(), n, NULL)
             n = ends.size
             for i in range(n):

@@ -519,6 +519,15 @@ class Core {
         return n < 8 ? short_word_id(pack_short(p, n), n) : long_word_id(p, n);
     }
 
+    // The ids (word_id) of `n` words already split (UTF-8 `data[k]` of `sizes[k]` bytes) into
+    // `out`, whose size is room as split_words' is; returns n.
+    size_t word_ids(const char* const* data, const size_t* sizes, size_t n,
+                    std::vector<uint32_t>& out) const {
+        if (out.size() < n) out.resize(n);
+        for (size_t k = 0; k < n; ++k) out[k] = word_id(data[k], static_cast<uint32_t>(sizes[k]));
+        return n;
+    }
+
     // The word ids of `data[:n]` split on `sep` (every separator splits, empty words
     // included) into `out`, and their number. `out`'s size is room, not that number: it
     // only grows (to n + 1, the most words n bytes hold), so the loop writes through a
@@ -907,8 +916,7 @@ class Core {
         std::vector<uint32_t> tails(tail_counts_.size(), 0);
         for (const IdSlot& slot : idslots_) {
             if (slot.node == EMPTY_SLOT) continue;
-            uint32_t tail;
-            last_hash(slot.node, &tail);
+            const uint32_t tail = tail_length(slot.node);
             if (tail >= tails.size()) return "tail count missing";
             ++tails[tail];
         }
@@ -916,10 +924,7 @@ class Core {
         std::vector<uint32_t> below(nodes_.size(), 0);
         for (uint32_t i = 1; i < nodes_.size(); ++i)
             if (nodes_[i].live() && nodes_[i].is_hash())
-                for (uint32_t a = nodes_[i].parent;; a = nodes_[a].parent) {
-                    ++below[a];
-                    if (a == 0) break;
-                }
+                each_above(i, [&](uint32_t a) { ++below[a]; });
         if (below != hashes_below_) return "hashes below";
         if (tails != tail_counts_) return "tail counts";
         uint32_t longest = 0;
@@ -1607,12 +1612,11 @@ class Core {
     // '#' node `h` became active in the pruned part of a walk: one more active below each
     // of its ancestors. O(depth), once per '#' node and walk.
     void count_active(uint32_t h) {
-        for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
+        each_above(h, [&](uint32_t a) {
             ActiveBelow& p = active_below_[a];
             if (p.epoch != epoch_) p = ActiveBelow{epoch_, 0};
             ++p.active;
-            if (a == 0) break;
-        }
+        });
     }
 
     // active_below_ to one per node, the new ones empty (epoch 0): one memset, not a
@@ -1645,7 +1649,8 @@ class Core {
         if (++epoch_ == 0) {  // wrapped: forget every stamp
             for (Node& node : nodes_)
                 if (node.is_hash()) node.star = 0;  // the stamp (see Node)
-            std::memset(static_cast<void*>(active_below_.data()), 0, active_below_.size() * sizeof(ActiveBelow));
+            std::memset(static_cast<void*>(active_below_.data()), 0,
+                        active_below_.size() * sizeof(ActiveBelow));
             epoch_ = 1;
         }
         // Distinct known words of the topic -> slots.
@@ -1815,21 +1820,27 @@ class Core {
         return i;
     }
 
-    // The last '#' node of the pattern ending at `leaf` (0: it has none), and in `*tail`
-    // the tokens after it (all of them without one). O(depth).
-    uint32_t last_hash(uint32_t leaf, uint32_t* tail) const {
+    // The tokens after the last '#' of the pattern ending at `leaf` (all of them without
+    // one). O(depth).
+    uint32_t tail_length(uint32_t leaf) const {
         uint32_t n = nodes_[leaf].is_tail() ? tails_[nodes_[leaf].tail_at()] : 0;
-        uint32_t h = leaf;
-        for (; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++n;
-        *tail = n;
-        return h;
+        for (uint32_t h = leaf; h != 0 && !nodes_[h].is_hash(); h = nodes_[h].parent) ++n;
+        return n;
+    }
+
+    // f(a) for every node above node `i`, its parent first, the root last. O(depth).
+    template <class F>
+    void each_above(uint32_t i, F&& f) const {
+        for (uint32_t a = nodes_[i].parent;; a = nodes_[a].parent) {
+            f(a);
+            if (a == 0) break;
+        }
     }
 
     // A pattern ending at `leaf` comes (delta +1) or goes (-1): its tail (the tokens after
     // its last '#', or all of them) is counted for max_tail(). O(depth).
     void count_pattern(uint32_t leaf, int delta) {
-        uint32_t tail;
-        last_hash(leaf, &tail);
+        const uint32_t tail = tail_length(leaf);
         if (tail_counts_.size() <= tail) tail_counts_.resize(tail + 1, 0);
         tail_counts_[tail] += static_cast<uint32_t>(delta);
         if (tail > max_tail_ && tail_counts_[tail]) max_tail_ = tail;
@@ -1839,12 +1850,11 @@ class Core {
     // '#' node `h` comes (delta +1) or goes (-1): every node above it (root included) has
     // one more or one less below (hashes_below_), and HAS_FEEDS when it has any. O(depth).
     void count_hash(uint32_t h, int delta) {
-        for (uint32_t a = nodes_[h].parent;; a = nodes_[a].parent) {
+        each_above(h, [&](uint32_t a) {
             uint32_t before = hashes_below_[a];
             hashes_below_[a] = before + static_cast<uint32_t>(delta);
             if ((before == 0) != (hashes_below_[a] == 0)) retag(a);
-            if (a == 0) break;
-        }
+        });
     }
 
     void free_node(uint32_t i) {
