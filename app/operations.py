@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import JsonValue, ValidationError
 from sqlalchemy.orm import Session
@@ -95,17 +95,26 @@ class AdminOperations:
         whether a row was created. Raises the refusal (invalid input, quota, an engine's
         capacity)."""
         new = self._new(item, caller)
-        with self.db.write() as session:
+
+        def check(session: Session) -> Callable[[], tuple[SubscriptionOut, bool]]:
             repo = SubscriptionRepository(session)
-            self._check_quota(repo, {new.tenant: 1})
-            new = _with_policies(repo, [new]).resolve(new)
-            row, created = repo.add(new)
-            if created:
-                self._check_room([new])  # raising rolls the write back
-                self._audit(session, caller, "create", {new.tenant: [row.id]})
-            else:
-                check_same_group(new, row.group)  # raising rolls the write back: none made
-        return SubscriptionOut.of(row), created
+            resolved = _with_policies(repo, [new]).resolve(new) if new.group else new
+            existing = repo.find(resolved)
+            if existing is not None:
+                check_same_group(resolved, existing.group)
+                return lambda: (SubscriptionOut.of(existing), False)
+            # Only a new row counts: a repeated write still answers at the quota.
+            self._check_quota(repo, {resolved.tenant: 1})
+            self._check_room([resolved])
+
+            def write() -> tuple[SubscriptionOut, bool]:
+                row = repo.insert(resolved)
+                self._audit(session, caller, "create", {row.tenant: [row.id]})
+                return SubscriptionOut.of(row), True
+
+            return write
+
+        return self.db.writes.run(check)
 
     def create_many(self, items: Sequence[JsonValue], caller: Caller) -> BulkOut:
         """Create many in one transaction; every item gets its own result and the valid
@@ -125,36 +134,9 @@ class AdminOperations:
                 error = ErrorBody(code=e.code, message=e.message)
                 results.append(BulkItem(index=index, status="error", error=error))
         if valid:
-            adding: dict[str, int] = {}
-            for _, new in valid:
-                adding[new.tenant] = adding.get(new.tenant, 0) + 1
-            with self.db.write() as session:
-                repo = SubscriptionRepository(session)
-                self._check_quota(repo, adding)
-                valid, refused = _resolve_groups(repo, valid)
-                stored = repo.add_many([new for _, new in valid])
-                created_ids: dict[str, list[int]] = {}
-                made: list[NewSubscription] = []
-                for (_, new), (sub_id, created) in zip(valid, stored, strict=True):
-                    if created:
-                        created_ids.setdefault(new.tenant, []).append(sub_id)
-                        made.append(new)
-                # Only new rows count (a retried batch still answers); raising rolls back.
-                self._check_room(made)
-                self._audit(session, caller, "bulk_create", created_ids)
-                exists = [sub_id for sub_id, created in stored if not created]
-                groups = repo.groups_of(exists) if any(n.group for _, n in valid) else {}
-            results.extend(refused)
-            for (index, new), (sub_id, created) in zip(valid, stored, strict=True):
-                status = "created" if created else "exists"
-                try:
-                    if not created:
-                        check_same_group(new, groups.get(sub_id))
-                except StoreError as e:
-                    error = ErrorBody(code=e.code, message=e.message)
-                    results.append(BulkItem(index=index, status="error", error=error))
-                    continue
-                results.append(BulkItem(index=index, status=status, id=sub_id))
+            results.extend(
+                self.db.writes.run(lambda session: self._store_many(session, valid, caller))
+            )
         results.sort(key=lambda r: r.index)
         return BulkOut(
             created=sum(r.status == "created" for r in results),
@@ -163,23 +145,77 @@ class AdminOperations:
             results=results,
         )
 
+    def _store_many(
+        self, session: Session, valid: list[tuple[int, NewSubscription]], caller: Caller
+    ) -> Callable[[], list[BulkItem]]:
+        """The write job of ``create_many``: validated items in, a result per item out.
+
+        Which items are new is known only once they are staged, so the quota and the room
+        are checked in the write phase; a refusal there rolls back a group, whose other
+        writes then run again alone (``store.group_commit``)."""
+        repo = SubscriptionRepository(session)
+        valid, refused = _resolve_groups(repo, valid)
+
+        def write() -> list[BulkItem]:
+            stored = repo.add_many([new for _, new in valid])
+            created_ids: dict[str, list[int]] = {}
+            made: list[NewSubscription] = []
+            for (_, new), (sub_id, created) in zip(valid, stored, strict=True):
+                if created:
+                    created_ids.setdefault(new.tenant, []).append(sub_id)
+                    made.append(new)
+            # Only new rows count (a retried batch still answers); raising rolls back.
+            self._check_quota(repo, dict.fromkeys(created_ids, 0))
+            self._check_room(made)
+            self._audit(session, caller, "bulk_create", created_ids)
+            exists = [sub_id for sub_id, created in stored if not created]
+            groups = repo.groups_of(exists) if any(n.group for _, n in valid) else {}
+            results = list(refused)
+            for (index, new), (sub_id, created) in zip(valid, stored, strict=True):
+                status: Literal["created", "exists"] = "created" if created else "exists"
+                try:
+                    if not created:
+                        check_same_group(new, groups.get(sub_id))
+                except StoreError as e:
+                    error = ErrorBody(code=e.code, message=e.message)
+                    results.append(BulkItem(index=index, status="error", error=error))
+                    continue
+                results.append(BulkItem(index=index, status=status, id=sub_id))
+            return results
+
+        return write
+
     def remove(self, sub_id: int, caller: Caller) -> None:
         """Delete one subscription (of the caller's tenant, unless the operator asks);
         ``NotFoundError`` when there is none."""
-        with self.db.write() as session:
+
+        def check(session: Session) -> Callable[[], None]:
             repo = SubscriptionRepository(session)
-            row = repo.get(sub_id, tenant=caller.tenant)
-            if row is None or not repo.remove(sub_id, tenant=caller.tenant):
+            if repo.get(sub_id, tenant=caller.tenant) is None:
                 raise NotFoundError(f"no subscription {sub_id}")
-            self._audit(session, caller, "delete", {row.tenant: [sub_id]})
+
+            def write() -> None:
+                row = repo.remove(sub_id, tenant=caller.tenant)
+                assert row is not None  # found above, in this transaction
+                self._audit(session, caller, "delete", {row.tenant: [sub_id]})
+
+            return write
+
+        self.db.writes.run(check)
 
     def remove_subscriber(self, subscriber: str, caller: Caller, tenant: str | None) -> Deleted:
         """Delete every subscription of one subscriber of the tenant."""
         tenant = caller.tenant_for(tenant)
-        with self.db.write() as session:
-            ids = SubscriptionRepository(session).remove_subscriber(tenant, subscriber)
-            self._audit(session, caller, "delete_subscriber", {tenant: ids})
-        return Deleted(deleted=ids)
+
+        def check(session: Session) -> Callable[[], list[int]]:
+            def write() -> list[int]:
+                ids = SubscriptionRepository(session).remove_subscriber(tenant, subscriber)
+                self._audit(session, caller, "delete_subscriber", {tenant: ids})
+                return ids
+
+            return write
+
+        return Deleted(deleted=self.db.writes.run(check))
 
     # -- reads --------------------------------------------------------------------------
 
@@ -317,14 +353,15 @@ class AdminOperations:
             self._room([(n.tenant, n.dialect, n.pattern) for n in news if n.kind == "topic"])
 
     def _check_quota(self, repo: SubscriptionRepository, adding: dict[str, int]) -> None:
-        """Refuse when a tenant would hold more than its quota after this write (checked
-        inside the write transaction, so concurrent writers cannot both slip under it)."""
+        """Refuse when a tenant would hold more than its quota after this write (``adding``
+        more; 0 once the write's rows are in). One row per tenant (``tenant_usage``), read
+        inside the write transaction, so concurrent writers cannot both slip under it."""
         quota = self.settings.tenant_quota
         for tenant, count in adding.items():
-            held = sum(repo.count(tenant).values())
-            if held + count > quota:
+            held = repo.usage(tenant) + count
+            if held > quota:
                 raise QuotaExceededError(
-                    f"tenant {tenant!r} holds {held} subscriptions; its quota is {quota}"
+                    f"tenant {tenant!r} would hold {held} subscriptions; its quota is {quota}"
                 )
 
 

@@ -23,6 +23,11 @@ from migrations.runner import upgrade
 
 BIG_DATABASE: Final = "topicstore_1m"
 BIG_COUNT: Final = 1_000_000
+#: Rows written here bypass the repository, which keeps ``tenant_usage``: count them.
+_RECOUNT: Final = (
+    "INSERT INTO tenant_usage (tenant, subscriptions) "
+    "SELECT tenant, count(*) FROM subscription GROUP BY tenant"
+)
 
 
 def _columns(count: int, seed: int) -> pa.Table:
@@ -54,7 +59,7 @@ def big_postgres(count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT
         row = conn.execute("SELECT count(*) FROM subscription").fetchone()
         if row is not None and row[0] == count:
             return url
-        conn.execute("TRUNCATE subscription, change_log")
+        conn.execute("TRUNCATE subscription, change_log, tenant_usage")
         table = _columns(count, seed)
         names = table.column_names
         with (
@@ -68,6 +73,7 @@ def big_postgres(count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT
             for row_ in zip(*(table.column(n).to_pylist() for n in names), strict=True):
                 copy.write_row(row_)
         conn.execute("SELECT setval('subscription_id_seq', %s)", (count,))
+        conn.execute(_RECOUNT)
         conn.execute("VACUUM ANALYZE subscription")
     return url
 
@@ -89,6 +95,8 @@ def big_duckdb(path: Path, count: int = BIG_COUNT, seed: int = 0) -> str:
         names = ", ".join(rows.column_names)
         conn.execute(f"INSERT INTO subscription ({names}) SELECT {names} FROM big_rows")
         conn.unregister("big_rows")
+        conn.execute("DELETE FROM tenant_usage")
+        conn.execute(_RECOUNT)
         conn.execute("CHECKPOINT")
     finally:
         conn.close()

@@ -12,6 +12,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from store import pending
 from store.models import AuditLog
 
 #: Most rows one page returns.
@@ -49,11 +50,12 @@ class AuditRepository:
         self.session = session
 
     def add(self, entries: Sequence[AuditEntry]) -> None:
-        """Append ``entries`` (in order: ids follow it)."""
-        for entry in entries:
-            values = {name: getattr(entry, name) for name in _FIELDS}
-            values["ids"] = list(entry.ids)
-            self.session.execute(sa.insert(AuditLog).values(**values))
+        """Append ``entries`` (in order: ids follow it), written at commit with the
+        transaction's other rows (``store.pending``)."""
+        pending.pending(self.session).audit.extend(
+            {**{name: getattr(entry, name) for name in _FIELDS}, "ids": list(entry.ids)}
+            for entry in entries
+        )
 
     def purge(self, before: datetime) -> None:
         """Delete the rows older than ``before`` (a range delete on the ``created_at``

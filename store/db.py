@@ -3,7 +3,9 @@
 Writers are serialized so that change_log sequence numbers commit in order, and a loader
 reading ``seq > last`` can never skip a change that commits later with a smaller number:
 on PostgreSQL with a transaction-scoped advisory lock (held until commit, across replicas),
-on DuckDB with a lock in the one process that owns the file.
+on DuckDB with a lock in the one process that owns the file. Writes that arrive together
+share one such transaction (``store.group_commit``), so the lock and the flush are paid once
+per group, not once per write.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from store.errors import DatabaseLockedError, NoSchemaError, UnsupportedDatabaseError
+from store.group_commit import GroupCommit
 
 #: The embedded default store: one DuckDB file, no server to run.
 DEFAULT_DATABASE_URL: Final = "duckdb:///./data/topicstore.duckdb"
@@ -94,6 +97,8 @@ class Database:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._local_writer = threading.Lock()
         self._after_commit: list[Callable[[], object]] = []
+        #: The admin writes' way in: concurrent writes share a transaction (see there).
+        self.writes = GroupCommit(self.write)
 
     def _claim_duckdb_file(self) -> None:
         """Open the file now: DuckDB lets one process at a time write a file, and a second

@@ -106,6 +106,18 @@ class ChangeLog(Base):
     )
 
 
+class TenantUsage(Base):
+    """How many subscriptions each tenant holds: the quota check reads this row instead of
+    counting (O(1) per write however large the table). Every write that adds or removes
+    subscriptions moves it in the same transaction (``store.repository``), and writers are
+    serialized, so it equals ``count(*)`` per tenant at every commit."""
+
+    __tablename__ = "tenant_usage"
+
+    tenant: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    subscriptions: Mapped[int] = mapped_column(sa.BigInteger)
+
+
 audit_seq = sa.Sequence("audit_log_seq", start=1, metadata=Base.metadata)
 
 #: What an audit row may record (the admin changes).

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from matcher.groups import Policy, check_policy
-from store.db import CHANGES_CHANNEL
+from store import pending
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
 
 _SUBSCRIPTION: Final = Subscription.__table__
+_TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
 #: Columns a new subscription sets (the others, id and created_at, the database fills).
 _NEW_COLUMNS: Final = tuple(
     c.name for c in _SUBSCRIPTION.columns if c.name in NewSubscription.__dataclass_fields__
@@ -77,7 +77,9 @@ _SAME_KEY: Final = " AND ".join(f"s.{c} = st.{c}" for c in _KEY_COLUMNS)
 _ON_CONFLICT: Final = " ON CONFLICT DO NOTHING"
 
 
-def _stored(row: Subscription) -> StoredSubscription:
+def _stored(row: Any) -> StoredSubscription:
+    """A ``StoredSubscription`` from a row holding its fields (by attribute: an ORM object
+    or a Core row)."""
     values = {name: getattr(row, name) for name in _STORED_FIELDS}
     values["criteria"] = criteria_tuple(row.criteria)
     return StoredSubscription(**values)
@@ -105,29 +107,43 @@ class SubscriptionRepository:
         self.session = session
         self._postgres = session.get_bind().dialect.name == "postgresql"
 
+    def _core(self, statement: sa.Executable) -> sa.CursorResult[Any]:
+        """``statement`` on the transaction's connection, as Core: the write path's
+        statements need none of the ORM's bookkeeping around them."""
+        return self.session.connection().execute(statement)
+
     # -- writes -------------------------------------------------------------------------
 
     def add(self, new: NewSubscription) -> tuple[StoredSubscription, bool]:
         """Create ``new``; if the same (tenant, subscriber, dialect, pattern) exists, return
-        that row instead. The flag says whether a row was created.
+        that row instead. The flag says whether a row was created."""
+        existing = self.find(new)
+        if existing is not None:
+            return existing, False
+        return self.insert(new), True
 
-        The existing row is looked up first: an insert that conflicts has already drawn an
-        id from the sequence, so repeating a subscription would skip ids. (Writers are
-        serialized, so nothing can insert the row between the look-up and the insert; the
-        ``ON CONFLICT`` stays as a guard on PostgreSQL: see ``_ON_CONFLICT``.)"""
-        existing = self._existing_id(new)
-        inserted = None
-        if existing is None:
-            insert = pg_insert(Subscription).values(**_values(new))
-            if self._postgres:  # see _ON_CONFLICT
-                insert = insert.on_conflict_do_nothing()
-            inserted = self.session.execute(insert.returning(Subscription.id)).scalar()
-        sub_id = inserted if inserted is not None else self._existing_id(new)
-        row = self.session.get(Subscription, sub_id)
-        assert row is not None
-        if inserted is not None:
-            self._log("add", sa.select(Subscription).where(Subscription.id == sub_id))
-        return _stored(row), inserted is not None
+    def find(self, new: NewSubscription) -> StoredSubscription | None:
+        """The stored row with ``new``'s key (tenant, subscriber, dialect, pattern), if any:
+        one probe of the unique index."""
+        row = self._core(
+            sa.select(_SUBSCRIPTION).where(
+                _SUBSCRIPTION.c.tenant == new.tenant,
+                _SUBSCRIPTION.c.subscriber == new.subscriber,
+                _SUBSCRIPTION.c.dialect == new.dialect,
+                _SUBSCRIPTION.c.pattern == new.pattern,
+            )
+        ).first()
+        return None if row is None else _stored(row)
+
+    def insert(self, new: NewSubscription) -> StoredSubscription:
+        """Insert ``new``, whose key ``find`` found absent in this transaction (writers are
+        serialized, so nothing inserts it in between; the unique constraint would refuse a
+        second one). Looking up first keeps a repeated subscription from drawing an id from
+        the sequence: an insert that conflicts has drawn one already, and skips it."""
+        row = self._core(_TABLE.insert().values(**_values(new)).returning(*_SUBSCRIPTION.c)).one()
+        self._log_rows("add", [row])
+        self._count({new.tenant: 1})
+        return _stored(row)
 
     def add_many(self, items: Sequence[NewSubscription]) -> list[tuple[int, bool]]:
         """Create every item in one statement; returns (id, created) per item, in order.
@@ -169,18 +185,29 @@ class SubscriptionRepository:
         session.execute(sa.text("DROP TABLE staging"))
         result: list[tuple[int, bool]] = []
         first_seen: set[int] = set()
-        for _, sub_id in rows:
+        added: dict[str, int] = {}
+        for (_, sub_id), item in zip(rows, items, strict=True):
             created = sub_id > max_before and sub_id not in first_seen
             first_seen.add(sub_id)
             result.append((sub_id, created))
+            if created:
+                added[item.tenant] = added.get(item.tenant, 0) + 1
+        self._count(added)
         return result
 
-    def remove(self, sub_id: int, tenant: str | None = None) -> bool:
-        """Delete subscription ``sub_id`` (of ``tenant``, when given); False if absent."""
-        where = [Subscription.id == sub_id]
+    def remove(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
+        """Delete subscription ``sub_id`` (of ``tenant``, when given); the row it was, or
+        None if absent. Two statements: the delete returns the row, which the change log
+        then records."""
+        where = [_SUBSCRIPTION.c.id == sub_id]
         if tenant is not None:
-            where.append(Subscription.tenant == tenant)
-        return bool(self._remove_where(*where))
+            where.append(_SUBSCRIPTION.c.tenant == tenant)
+        row = self._core(_TABLE.delete().where(*where).returning(*_SUBSCRIPTION.c)).first()
+        if row is None:
+            return None
+        self._log_rows("remove", [row])
+        self._count({row.tenant: -1})
+        return _stored(row)
 
     def remove_subscriber(self, tenant: str, subscriber: str) -> list[int]:
         """Delete every subscription of ``subscriber``; returns their ids."""
@@ -189,24 +216,46 @@ class SubscriptionRepository:
         )
 
     def _remove_where(self, *where: sa.ColumnElement[bool]) -> list[int]:
+        """Delete what ``where`` selects: its change log rows are copied in the database
+        (no row travels to Python but its id and tenant), then the rows go."""
         self._log("remove", sa.select(Subscription).where(*where))
         deleted = self.session.execute(
-            sa.delete(Subscription).where(*where).returning(Subscription.id)
-        )
-        return sorted(deleted.scalars())
+            sa.delete(Subscription).where(*where).returning(Subscription.id, Subscription.tenant)
+        ).all()
+        removed: dict[str, int] = {}
+        for _, tenant in deleted:
+            removed[tenant] = removed.get(tenant, 0) - 1
+        self._count(removed)
+        return sorted(sub_id for sub_id, _ in deleted)
 
-    def _existing_id(self, new: NewSubscription) -> int | None:
-        return self.session.execute(
-            sa.select(Subscription.id).where(
-                Subscription.tenant == new.tenant,
-                Subscription.subscriber == new.subscriber,
-                Subscription.dialect == new.dialect,
-                Subscription.pattern == new.pattern,
-            )
-        ).scalar()
+    def usage(self, tenant: str) -> int:
+        """How many subscriptions ``tenant`` holds: one row of ``tenant_usage``, which
+        every write here keeps equal to the count (``store.pending``), plus this
+        transaction's writes."""
+        return pending.usage(self.session, tenant)
+
+    def _count(self, deltas: dict[str, int]) -> None:
+        """Move each tenant's ``tenant_usage`` row by its delta at commit (exact at every
+        commit: writers are serialized)."""
+        pending.move(self.session, deltas)
+
+    def _log_rows(self, op: str, rows: Sequence[Any]) -> None:
+        """A change for each of ``rows`` (holding the change columns, in id order), from
+        the values at hand, inserted at commit with the transaction's other changes."""
+        waiting = pending.pending(self.session)
+        waiting.changes.extend(
+            {
+                "op": op,
+                "subscription_id": row.id,
+                **{name: getattr(row, name) for name in _CHANGE_COLUMNS},
+            }
+            for row in rows
+        )
+        waiting.ring = True
 
     def _log(self, op: str, rows: sa.Select[Any]) -> None:
         """Append a change for each row ``rows`` selects, in id order, and ring the bell."""
+        pending.flush_changes(self.session)  # the changes before these come first
         source = rows.subquery()
         selected = sa.select(
             sa.literal(op), source.c.id, *(source.c[name] for name in _CHANGE_COLUMNS)
@@ -214,11 +263,7 @@ class SubscriptionRepository:
         self.session.execute(
             sa.insert(ChangeLog).from_select(["op", "subscription_id", *_CHANGE_COLUMNS], selected)
         )
-        if self._postgres:
-            self.session.execute(
-                sa.text("SELECT pg_notify(:channel, (SELECT max(seq) FROM change_log)::text)"),
-                {"channel": CHANGES_CHANNEL},
-            )
+        pending.pending(self.session).ring = True
 
     def _stage(self, items: Sequence[NewSubscription]) -> None:
         """Rows of ``items`` into a temporary ``staging`` table with the subscription
@@ -261,10 +306,11 @@ class SubscriptionRepository:
     # -- reads --------------------------------------------------------------------------
 
     def get(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
-        row = self.session.get(Subscription, sub_id)
-        if row is None or (tenant is not None and row.tenant != tenant):
-            return None
-        return _stored(row)
+        where = [_SUBSCRIPTION.c.id == sub_id]
+        if tenant is not None:
+            where.append(_SUBSCRIPTION.c.tenant == tenant)
+        row = self._core(sa.select(_SUBSCRIPTION).where(*where)).first()
+        return None if row is None else _stored(row)
 
     def page(
         self,

@@ -69,7 +69,7 @@ def test_direct_cli_refuses_over_quota_and_over_the_configured_length(
     lines = "".join(f"q,p.{i}\n" for i in range(QUOTA + 1))
     over = _cli(["sub", "import", str(_write(tmp_path / "s.csv", lines))], store_url, monkeypatch)
     assert over.exit_code == 1, over.output
-    assert "error: quota_exceeded: tenant 'default' holds 0 subscriptions" in over.output
+    assert "error: quota_exceeded: tenant 'default' would hold 4 subscriptions" in over.output
     assert _stored(store_url) == []
 
     fits = "".join(f"q,p.{i}\n" for i in range(QUOTA))

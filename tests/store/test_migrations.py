@@ -47,7 +47,7 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
 def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
     db = empty_database
     upgrade(db.url)
-    assert _tables(db) == {"subscription", "change_log", "audit_log"}
+    assert _tables(db) == {"subscription", "change_log", "audit_log", "tenant_usage"}
     # The schema the migrations build is the schema the models describe.
     for table in Base.metadata.sorted_tables:
         expected = {c.name: bool(c.nullable) for c in table.columns}
@@ -56,7 +56,7 @@ def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
     downgrade(db.url, "base")
     assert _tables(db) == set()
     upgrade(db.url)
-    assert _tables(db) == {"subscription", "change_log", "audit_log"}
+    assert _tables(db) == {"subscription", "change_log", "audit_log", "tenant_usage"}
 
 
 def test_alembic_check_finds_no_drift_on_postgres() -> None:
@@ -172,3 +172,23 @@ def test_a_store_at_head_is_checked_without_alembic(tmp_path: Path) -> None:
     assert run() == f"True ['{HEAD}']"  # behind: migrated by alembic
     assert run() == f"False ['{HEAD}']"  # at head: alembic never imported
     assert recorded_revisions(url) == {HEAD}
+
+
+def test_0004_tenant_usage_counts_the_rows_already_stored(empty_database: Database) -> None:
+    """The quota reads ``tenant_usage``: upgrading a store with rows fills it with each
+    tenant's count (a tenant with none has no row: it holds 0)."""
+    db = empty_database
+    upgrade(db.url, "0003_groups")
+    with db.engine.begin() as conn:
+        for tenant, n in (("a", 3), ("b", 1)):
+            for i in range(n):
+                conn.exec_driver_sql(
+                    "INSERT INTO subscription (tenant, subscriber, pattern, dialect) "
+                    f"VALUES ('{tenant}', 's', 'p.{i}', 'amqp')"
+                )
+    upgrade(db.url)
+    with db.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT tenant, subscriptions FROM tenant_usage")
+        assert sorted(tuple(r) for r in rows) == [("a", 3), ("b", 1)]
+    downgrade(db.url, "0003_groups")
+    assert "tenant_usage" not in _tables(db)

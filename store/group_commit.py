@@ -1,0 +1,171 @@
+"""Group commit: writes that arrive together share one transaction and one flush.
+
+Every write to the store is serialized (``store.db``: the change log's order must be the
+order followers apply), so a write's cost is its own statements plus a commit (a WAL
+flush) and, on PostgreSQL, a round of the cluster-wide writer lock. Writes queued behind
+a running transaction are taken together by the next leader (the first writer in the
+queue, as in LevelDB's and RocksDB's write groups): one transaction, one flush, one
+after-commit catch-up for the whole group, and each caller still gets its own result.
+
+A write is a ``Job`` in two phases, so that a refusal never rolls back its neighbours:
+
+* ``job(session)`` only reads and checks. It returns the write phase as a callable, or
+  raises its refusal: that exception is the caller's outcome, nothing was written, and
+  the group goes on.
+* the write phase writes and returns the caller's result. It should not refuse; if it (or
+  any statement) raises, the group's transaction is rolled back and every job of the group
+  runs again alone, in its own transaction, so only the one that fails fails.
+
+A failed commit fails every job of its group with the commit's error: whether it was
+applied is unknown (the connection may have dropped after the flush), so nothing is run
+again behind the caller's back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Generic, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+T = TypeVar("T")
+#: The read-and-check phase of a write; returns the write phase.
+Job = Callable[[Session], Callable[[], T]]
+#: Jobs one transaction takes at most (a bulk job counts as one: its items are bounded by
+#: the batch limit).
+MAX_GROUP: Final = 256
+
+
+class _Pending(Generic[T]):
+    """One caller's job, its outcome, and the event its thread waits on."""
+
+    __slots__ = ("error", "job", "lead", "result", "wake")
+
+    def __init__(self, job: Job[T]) -> None:
+        self.job = job
+        self.result: T | None = None
+        self.error: BaseException | None = None
+        #: Set (before ``wake``) when this caller's thread is to lead the next group.
+        self.lead = False
+        self.wake = threading.Event()
+
+    def outcome(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]
+
+
+class _GroupAbortError(Exception):
+    """A write phase or a statement failed: roll the group back, run each job alone."""
+
+
+class GroupCommit:
+    """Runs jobs in shared transactions opened by ``begin`` (``Database.write``: it
+    serializes writers, commits, and runs the after-commit hooks once per group)."""
+
+    def __init__(
+        self,
+        begin: Callable[[], contextlib.AbstractContextManager[Session]],
+        max_group: int = MAX_GROUP,
+    ) -> None:
+        self._begin = begin
+        self._max_group = max_group
+        self._lock = threading.Lock()
+        self._queue: deque[_Pending[Any]] = deque()
+        self._leading = False
+        #: Transactions committed and jobs they held (``/metrics``, the benchmarks).
+        self.groups = 0
+        self.jobs = 0
+
+    def run(self, job: Job[T]) -> T:
+        """Run ``job`` in the next group; its result, or its refusal raised here."""
+        pending: _Pending[T] = _Pending(job)
+        with self._lock:
+            self._queue.append(pending)
+            if not self._leading:
+                self._leading = pending.lead = True
+        if not pending.lead:
+            pending.wake.wait()
+        if pending.lead:
+            self._lead()
+        return pending.outcome()
+
+    def _lead(self) -> None:
+        """Run one group, then hand the lead to the first caller still queued (so no
+        thread serves others for long after its own write is done)."""
+        with self._lock:
+            group = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_group))]
+        try:
+            self._commit(group)
+        finally:
+            with self._lock:
+                if self._queue:
+                    following = self._queue[0]
+                    following.lead = True
+                    following.wake.set()
+                else:
+                    self._leading = False
+            for pending in group:
+                pending.lead = False
+                pending.wake.set()
+
+    def _commit(self, group: list[_Pending[Any]]) -> None:
+        if len(group) > 1:
+            try:
+                with self._transaction() as session:
+                    for pending in group:
+                        _run(pending, session, alone=False)
+            except _GroupAbortError:
+                pass  # rolled back: every job again, alone
+            except BaseException as e:  # the commit (or the lock) failed: every job with it
+                for pending in group:
+                    pending.result, pending.error = None, e
+                return
+            else:
+                self._count(len(group))
+                return
+            for pending in group:
+                pending.result = pending.error = None
+        for pending in group:
+            try:
+                with self._transaction() as session:
+                    _run(pending, session, alone=True)
+            except BaseException as e:
+                pending.result, pending.error = None, e
+            else:
+                if pending.error is None:
+                    self._count(1)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Session]:
+        with self._begin() as session:
+            yield session
+
+    def _count(self, jobs: int) -> None:
+        self.groups += 1
+        self.jobs += jobs
+
+
+def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:
+    """One job in ``session``. A refusal from the read phase is the job's outcome (nothing
+    was written); in a group, a failed statement or write phase fails the group. Alone,
+    every exception is the job's own and propagates, so the transaction rolls back."""
+    try:
+        write = pending.job(session)
+    except sa.exc.SQLAlchemyError:
+        if not alone:
+            raise _GroupAbortError from None
+        raise
+    except Exception as e:  # the job's refusal: nothing written, the group goes on
+        pending.error = e
+        return
+    try:
+        pending.result = write()
+    except Exception:
+        if not alone:
+            raise _GroupAbortError from None
+        raise

@@ -1,0 +1,111 @@
+"""Rows a write transaction appends (change log, audit, tenant counts), written once, just
+before it commits.
+
+A group of writes (``store.group_commit``) shares one transaction; were each write to
+insert its own change-log row, audit row and counter update, a group of eight single
+writes would cost some thirty statements. Kept here until the commit, they are one
+multi-row insert each, one counter update per tenant and one doorbell.
+
+Order is kept: change rows go in in the order they were appended, so their sequence
+numbers follow the transaction's own order of changes; a statement that writes change rows
+itself (``SubscriptionRepository._log``) flushes those pending first. A rollback drops what
+is pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from store.db import CHANGES_CHANNEL
+from store.models import AuditLog, ChangeLog, TenantUsage
+
+#: Where a session keeps its pending rows (``Session.info``).
+_KEY: Final = "topicstore.pending"
+_USAGE: Final = TenantUsage.__table__
+_USAGE_UPSERT: Final = sa.text(
+    "INSERT INTO tenant_usage (tenant, subscriptions) VALUES (:tenant, :delta) "
+    "ON CONFLICT (tenant) DO UPDATE "
+    "SET subscriptions = tenant_usage.subscriptions + excluded.subscriptions"
+)
+#: PostgreSQL's doorbell for other replicas' loaders: delivered at commit, payload the
+#: newest change seq (``store.db.CHANGES_CHANNEL``).
+_DOORBELL: Final = sa.text("SELECT pg_notify(:channel, (SELECT max(seq) FROM change_log)::text)")
+
+
+@dataclass
+class Pending:
+    """What one transaction has yet to write."""
+
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    audit: list[dict[str, Any]] = field(default_factory=list)
+    #: Each tenant's count as stored when this transaction first read it, and the moves
+    #: since (``usage`` = stored + moved).
+    stored: dict[str, int] = field(default_factory=dict)
+    moved: dict[str, int] = field(default_factory=dict)
+    #: Ring the doorbell at commit (a change was logged).
+    ring: bool = False
+
+
+def pending(session: Session) -> Pending:
+    """The pending rows of ``session``'s transaction."""
+    found = session.info.get(_KEY)
+    if found is None:
+        found = session.info[_KEY] = Pending()
+    return found
+
+
+def usage(session: Session, tenant: str) -> int:
+    """How many subscriptions ``tenant`` holds in this transaction: its stored count (read
+    once per transaction: one primary-key probe) plus this transaction's moves."""
+    rows = pending(session)
+    if tenant not in rows.stored:
+        held = session.execute(
+            sa.select(_USAGE.c.subscriptions).where(_USAGE.c.tenant == tenant)
+        ).scalar()
+        rows.stored[tenant] = int(held or 0)
+    return rows.stored[tenant] + rows.moved.get(tenant, 0)
+
+
+def move(session: Session, deltas: dict[str, int]) -> None:
+    """Count ``deltas`` (subscriptions added, negative for removed) per tenant."""
+    moved = pending(session).moved
+    for tenant, delta in deltas.items():
+        moved[tenant] = moved.get(tenant, 0) + delta
+
+
+def flush_changes(session: Session) -> None:
+    """Insert the pending change rows now (before a statement that logs changes itself)."""
+    rows = session.info.get(_KEY)
+    if rows is not None and rows.changes:
+        session.connection().execute(sa.insert(ChangeLog), rows.changes)
+        rows.changes.clear()
+
+
+def flush(session: Session) -> None:
+    """Write everything pending: change rows in order, the counters, audit rows, the
+    doorbell on PostgreSQL."""
+    rows = session.info.pop(_KEY, None)
+    if rows is None:
+        return
+    connection = session.connection()
+    if rows.changes:
+        connection.execute(sa.insert(ChangeLog), rows.changes)
+    for tenant, delta in sorted(rows.moved.items()):
+        if delta:
+            connection.execute(_USAGE_UPSERT, {"tenant": tenant, "delta": delta})
+    if rows.audit:
+        connection.execute(sa.insert(AuditLog), rows.audit)
+    if rows.ring and connection.dialect.name == "postgresql":
+        connection.execute(_DOORBELL, {"channel": CHANGES_CHANNEL})
+
+
+def _drop(session: Session, *_: object) -> None:
+    session.info.pop(_KEY, None)
+
+
+sa.event.listen(Session, "before_commit", flush)
+sa.event.listen(Session, "after_rollback", _drop)
