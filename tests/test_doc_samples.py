@@ -33,6 +33,7 @@ import typer
 
 from app.cli import app as cli_app
 from app.main import create_app
+from app.refusals import RemoteError, ServiceError
 from app.settings import Settings
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -355,6 +356,22 @@ def test_operations_lists_every_setting() -> None:
         if f"`TOPICSTORE_{name.upper()}`" not in text
     ]
     assert missing == []
+
+
+def _kinds(kind: type[ServiceError]) -> Iterator[type[ServiceError]]:
+    for sub in kind.__subclasses__():
+        yield sub
+        yield from _kinds(sub)
+
+
+def test_api_page_lists_every_refusal_under_its_status() -> None:
+    text = (DOCS / "api.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| (\d{3}) \|(.*)$", text, flags=re.MULTILINE))
+    kinds = [kind for kind in _kinds(ServiceError) if kind is not RemoteError]
+    assert len(kinds) > 10  # RemoteError relays another service's refusal, any code
+    for kind in kinds:
+        row = rows.get(str(kind.status), "")
+        assert kind.code in row, f"docs/api.md: {kind.code} is not listed under {kind.status}"
 
 
 LINK: Final = re.compile(r"\]\((?!https?://)([^)#\s]+)(?:#([^)\s]+))?\)")
