@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 #: pytest-xdist workers: this machine and CI have 2 cores.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup tools run test lint typecheck pytest bench clean
+.PHONY: setup tools run test lint typecheck docs docs-build pytest bench clean
 
 # setup.py and the compiled sources too: `pip install -e` compiles them.
 $(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp \
@@ -36,7 +36,7 @@ tools:
 run: setup
 	$(BIN)/topicstore serve --dev
 
-test: setup lint typecheck pytest
+test: setup lint typecheck docs-build pytest
 
 lint: setup
 	$(BIN)/ruff check .
@@ -44,6 +44,16 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml, docs/): `docs` serves it while you edit; `docs-build`
+# builds it with --strict, so a broken link or anchor, or a page left out of the
+# navigation, fails `make test`. Its code samples run in tests/test_doc_samples.py.
+export NO_MKDOCS_2_WARNING := 1
+docs: setup
+	$(BIN)/mkdocs serve
+
+docs-build: setup
+	$(BIN)/mkdocs build --strict --quiet
 
 # pytest-xdist workers; tests that must not share a service with another worker at the same
 # time are grouped onto one (tests/conftest.py). The ten slowest tests are listed at the end.
@@ -54,4 +64,4 @@ bench: setup
 	$(BIN)/topicstore bench --out bench-out
 
 clean:
-	rm -rf $(VENV) bench-out .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) bench-out site .pytest_cache .mypy_cache .ruff_cache .hypothesis

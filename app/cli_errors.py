@@ -2,7 +2,7 @@
 stderr (and a ``hint:`` line where one helps) and a documented exit status, never a
 traceback. An exception not named here is a bug and keeps its traceback.
 
-Exit statuses (the README's command line section lists them too):
+Exit statuses (docs/cli.md lists them too):
 
 * 1: refused or invalid input (a rule, a refusal of the service, a bad import line);
 * 2: usage or configuration (click's usage errors, a setting, a store never migrated);

@@ -2,7 +2,7 @@
 by a pattern, a subscriber's redundant patterns. Implemented once; the HTTP routes and the
 command line's direct mode (on a table it builds) both call these.
 
-Bounds (also in the README): explain details at most ``MAX_EXPLAINED`` matched subscriptions
+Bounds (also in docs/explain.md): explain details at most ``MAX_EXPLAINED`` matched subscriptions
 and ``MAX_NAMED`` named subscribers; a redundancy check takes at most
 ``MAX_REDUNDANCY_PATTERNS`` patterns; overlap listings are keyset pages of at most 1,000.
 """

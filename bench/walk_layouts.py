@@ -7,7 +7,7 @@ five-word patterns and as many messages) to a scratch directory, compiles
 ns per topic for each layout over all messages and over the first 100 repeated (the
 program first checks that every layout answers every topic with the same ids), then a
 random pointer chase over arrays of 32 KiB to 256 MiB. It is an experiment behind the
-README's account of the scaled target, not a table of the suite.
+account of the tuple index in docs/benchmarks.md, not a table of the suite.
 """
 
 from __future__ import annotations

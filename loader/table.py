@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 DEFAULT_ENGINES: Final = ("native", "optimized_inverted_bitmap")
 #: A (tenant, dialect) holding more subscriptions than this keeps only the answering engine:
 #: the others exist only for the shadow check, and at a million subscriptions they would
-#: double the table's memory and build time (see README, "The service at 1M").
+#: double the table's memory and build time (see docs/architecture.md, "Shadow checks").
 SHADOW_MAX: Final = 100_000
 #: Subscriber names are kept in a list indexed by id while ids stay below this many per
 #: subscription (ids come from a sequence, so they are dense); sparser ids go to a dict.

@@ -7,8 +7,8 @@ installed in the same Python (``PYSPARK_PYTHON``) so that ``matcher`` imports th
 
 A local driver JVM can start from a class-data archive (``class_archive``; AppCDS, Java's
 own mechanism): Spark loads some 10,000 classes while it starts, and parsing and verifying
-them was most of a cold start (session 5.7-6.0 s, its first query 2.9 s; from the archive
-3.0-3.4 s and 1.4-1.6 s). ``topicstore route`` keeps one in the user's cache
+them was most of a cold start: mapping the archive about halves the time to a session and
+to its first query (figures in docs/pipeline.md). ``topicstore route`` keeps one in the user's cache
 (``default_class_archive``): the first run that succeeds records it as its JVM exits (that
 run takes 15-25 s longer, once; the archive takes ~170 MB), later runs map it. A run that
 fails keeps nothing (``class_archive_complete`` is the caller's word that the JVM loaded

@@ -112,7 +112,7 @@ def test_mqtt_shared_subscriptions_match_mosquitto() -> None:
     require_mqtt()
     p = f"ts/{uuid.uuid4().hex[:12]}"
     # In MQTT 5 a shared subscription is (group, filter): members of one group here share
-    # one filter, where that and this store's (tenant, group) agree (see the README).
+    # one filter, where that and this store's (tenant, group) agree (see docs/groups.md).
     filters = [
         f"$share/rr/{p}/+/b",
         f"$share/rr/{p}/+/b",
