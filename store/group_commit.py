@@ -94,6 +94,11 @@ class GroupCommit:
             self._lead()
         return pending.outcome()
 
+    def waiting(self) -> int:
+        """Jobs queued behind the running group."""
+        with self._lock:
+            return len(self._queue)
+
     def _lead(self) -> None:
         """Run one group, then hand the lead to the first caller still queued (so no
         thread serves others for long after its own write is done)."""

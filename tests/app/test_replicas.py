@@ -6,6 +6,7 @@ write, and the killed replica, started again, does too."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -13,6 +14,7 @@ from functools import partial
 import httpx
 
 from bench.server import Server
+from store import Database, SubscriptionRepository
 from tests.app.conftest import ADMIN_HEADERS, ServerFactory, kill_mid_writes
 from tests.app.test_api_server import settings_for
 from tests.services import reset_postgres
@@ -104,3 +106,157 @@ def test_a_replica_killed_mid_writes_loses_nothing(serve: ServerFactory, postgre
     assert on_again == on_b  # the restarted replica and the survivor agree, id for id
     unacknowledged = [ids for i, ids in enumerate(on_b) if i >= len(acknowledged)]
     assert sum(map(len, unacknowledged)) <= 1
+
+
+def _writers(jobs: list[Callable[[], None]]) -> None:
+    """Run ``jobs`` at once, one thread each; re-raise the first failure."""
+    failures: list[BaseException] = []
+
+    def run(job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as e:  # reported below, in the test's thread
+            failures.append(e)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures, failures
+
+
+def test_concurrent_writers_on_two_replicas_converge(
+    serve: ServerFactory, postgres_url: str
+) -> None:
+    """Eight writers, four through each replica, create and delete at once, so both
+    replicas' writes share transactions (group commit) and interleave in the change log.
+    Each replica applies the log in its order and ends equal to the store, id for id."""
+    reset_postgres(postgres_url)
+    a, b = serve(**settings_for(postgres_url)), serve(**settings_for(postgres_url))
+    a.wait_until("/readyz", 200), b.wait_until("/readyz", 200)
+    kept: dict[str, int] = {}
+
+    def churn(server: Server, writer: int) -> Callable[[], None]:
+        def job() -> None:
+            with server.client(ADMIN_HEADERS) as client:
+                for i in range(25):
+                    body = {"subscriber": f"w{writer}", "pattern": f"conv.{writer}.{i}"}
+                    created = client.post("/v1/subscriptions", json=body)
+                    assert created.status_code == 201, created.text
+                    if i % 3:  # two in three go again, one stays
+                        gone = client.delete(f"/v1/subscriptions/{created.json()['id']}")
+                        assert gone.status_code == 204, gone.text
+                    else:
+                        kept[f"conv.{writer}.{i}"] = created.json()["id"]
+
+        return job
+
+    _writers([churn(a if w % 2 else b, w) for w in range(8)])
+    topics = [f"conv.{w}.{i}" for w in range(8) for i in range(25)]
+    expected = [[kept[t]] if t in kept else [] for t in topics]
+
+    def matched_on(server: Server) -> list[list[int]]:
+        response = httpx.post(
+            server.url + "/v1/match/batch", json={"topics": topics}, headers=ADMIN_HEADERS
+        )
+        assert response.status_code == 200, response.text
+        return [result["subscriptions"] for result in response.json()["results"]]
+
+    def converged(server: Server) -> bool:
+        return matched_on(server) == expected
+
+    for server in (a, b):
+        _within_bound(partial(converged, server), f"converged on {server.url}")
+        assert httpx.get(server.url + "/readyz").json()["subscriptions"] == len(kept)
+    db = Database(postgres_url)
+    with db.read() as session:
+        changes = SubscriptionRepository(session).changes_since(0, 10_000)
+        assert SubscriptionRepository(session).usage("default") == len(kept)
+    db.dispose()
+    assert [c.seq for c in changes] == sorted(c.seq for c in changes)
+    ops: dict[int, list[str]] = {}
+    for change in changes:
+        ops.setdefault(change.subscription_id, []).append(change.op)
+    assert all(o in (["add"], ["add", "remove"]) for o in ops.values())  # add, then remove
+
+
+def test_the_quota_is_exact_under_concurrent_writers_on_two_replicas(
+    serve: ServerFactory, postgres_url: str
+) -> None:
+    """Eighty distinct creates at once through two replicas for a tenant whose quota is 40:
+    exactly 40 are stored, the other 40 refused, never one over."""
+    reset_postgres(postgres_url)
+    quota = 40
+    a = serve(**settings_for(postgres_url, tenant_quota=str(quota)))
+    b = serve(**settings_for(postgres_url, tenant_quota=str(quota)))
+    a.wait_until("/readyz", 200), b.wait_until("/readyz", 200)
+    statuses: list[int] = []
+
+    def create(server: Server, writer: int) -> Callable[[], None]:
+        def job() -> None:
+            with server.client(ADMIN_HEADERS) as client:
+                for i in range(10):
+                    body = {"subscriber": f"q{writer}", "pattern": f"quota.{writer}.{i}"}
+                    response = client.post("/v1/subscriptions", json=body)
+                    statuses.append(response.status_code)
+                    if response.status_code == 403:
+                        assert response.json()["error"]["code"] == "quota_exceeded"
+
+        return job
+
+    _writers([create(a if w % 2 else b, w) for w in range(8)])
+    assert sorted(statuses) == [201] * quota + [403] * quota
+    db = Database(postgres_url)
+    with db.read() as session:
+        repo = SubscriptionRepository(session)
+        assert sum(repo.count("default").values()) == repo.usage("default") == quota
+    db.dispose()
+
+
+def test_a_replica_killed_mid_group_loses_nothing_it_acknowledged(
+    serve: ServerFactory, postgres_url: str
+) -> None:
+    """Eight writers at once (so writes share transactions) through one replica, killed
+    with SIGKILL while they write: every acknowledged write is in the store and matches on
+    the other replica."""
+    reset_postgres(postgres_url)
+    a, b = serve(**settings_for(postgres_url)), serve(**settings_for(postgres_url))
+    a.wait_until("/readyz", 200), b.wait_until("/readyz", 200)
+    acknowledged: dict[str, int] = {}
+    enough = threading.Event()
+
+    def write(writer: int) -> Callable[[], None]:
+        def job() -> None:
+            with a.client(ADMIN_HEADERS) as client:
+                for i in range(10_000):
+                    pattern = f"group.{writer}.{i}"
+                    try:
+                        response = client.post(
+                            "/v1/subscriptions", json={"subscriber": "g", "pattern": pattern}
+                        )
+                    except httpx.TransportError:
+                        return
+                    if response.status_code != 201:
+                        return
+                    acknowledged[pattern] = response.json()["id"]
+                    if len(acknowledged) >= 160:
+                        enough.set()
+
+        return job
+
+    def killer() -> None:
+        assert enough.wait(timeout=120), a.output()
+        a.stop(kill=True)
+
+    _writers([*(write(w) for w in range(8)), killer])
+    topics = sorted(acknowledged)
+
+    def survivor_has_all() -> bool:
+        response = httpx.post(
+            b.url + "/v1/match/batch", json={"topics": topics}, headers=ADMIN_HEADERS
+        )
+        results = [r["subscriptions"] for r in response.json()["results"]]
+        return results == [[acknowledged[t]] for t in topics]
+
+    _within_bound(survivor_has_all, "the survivor matches every acknowledged write")
