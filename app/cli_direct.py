@@ -34,7 +34,7 @@ class DirectAdmin:
     def add_many(self, items: Sequence[Item]) -> list[Item]:
         """A result per item, as ``POST /v1/subscriptions/bulk`` gives them."""
         stored = self.operations.create_many(items, self.caller)
-        return [result.model_dump(mode="json") for result in stored.results]
+        return [result.model_dump(mode="json") for result in stored.out().results]
 
     def remove(self, sub_id: int) -> bool:
         try:

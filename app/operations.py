@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from pydantic import JsonValue, ValidationError
 from sqlalchemy.orm import Session
 
 from app.auth import Caller
+from app.bulk import BulkResult, plain
 from app.refusals import (
     BatchTooLargeError,
     InvalidRequestError,
@@ -31,11 +32,8 @@ from app.schemas import (
     AuditOrder,
     AuditOut,
     AuditPage,
-    BulkItem,
-    BulkOut,
     Counts,
     Deleted,
-    ErrorBody,
     Page,
     SubscriptionIn,
     SubscriptionOut,
@@ -116,47 +114,49 @@ class AdminOperations:
 
         return self.db.writes.run(check)
 
-    def create_many(self, items: Sequence[JsonValue], caller: Caller) -> BulkOut:
+    def create_many(self, items: Sequence[JsonValue], caller: Caller) -> BulkResult:
         """Create many in one transaction; every item gets its own result and the valid
         ones are stored even when others fail: an item that does not fit ``SubscriptionIn``
         is one more per-item error, like an invalid pattern. Only a batch over
         ``max_batch``, over a tenant's quota or that the engines might not hold (``room``)
-        is refused whole (nothing is stored then)."""
+        is refused whole (nothing is stored then). Plain items skip the schema object and
+        the full validation (``app.bulk.plain``: it accepts only what they would)."""
         max_batch = self.settings.max_batch
         if len(items) > max_batch:
             raise BatchTooLargeError(f"a batch holds at most {max_batch} items")
-        results: list[BulkItem] = []
+        result = BulkResult.of(len(items))
         valid: list[tuple[int, NewSubscription]] = []
+        limits = self._limits
         for index, item in enumerate(items):
-            try:
-                valid.append((index, self._new(parse_item(item), caller)))
-            except (MatcherError, StoreError, ServiceError) as e:
-                error = ErrorBody(code=e.code, message=e.message)
-                results.append(BulkItem(index=index, status="error", error=error))
+            new = plain(item, caller, limits)
+            if new is None:
+                try:
+                    new = self._new(parse_item(item), caller)
+                except (MatcherError, StoreError, ServiceError) as e:
+                    result.fail(index, e.code, e.message)
+                    continue
+            valid.append((index, new))
         if valid:
-            results.extend(
-                self.db.writes.run(lambda session: self._store_many(session, valid, caller))
-            )
-        results.sort(key=lambda r: r.index)
-        return BulkOut(
-            created=sum(r.status == "created" for r in results),
-            exists=sum(r.status == "exists" for r in results),
-            failed=sum(r.status == "error" for r in results),
-            results=results,
-        )
+            self.db.writes.run(lambda session: self._store_many(session, valid, caller, result))
+        return result
 
     def _store_many(
-        self, session: Session, valid: list[tuple[int, NewSubscription]], caller: Caller
-    ) -> Callable[[], list[BulkItem]]:
-        """The write job of ``create_many``: validated items in, a result per item out.
+        self,
+        session: Session,
+        valid: list[tuple[int, NewSubscription]],
+        caller: Caller,
+        result: BulkResult,
+    ) -> Callable[[], None]:
+        """The write job of ``create_many``: validated items in, their results into
+        ``result``.
 
         Which items are new is known only once they are staged, so the quota and the room
         are checked in the write phase; a refusal there rolls back a group, whose other
         writes then run again alone (``store.group_commit``)."""
         repo = SubscriptionRepository(session)
-        valid, refused = _resolve_groups(repo, valid)
+        valid = _resolve_groups(repo, valid, result)
 
-        def write() -> list[BulkItem]:
+        def write() -> None:
             stored = repo.add_many([new for _, new in valid])
             created_ids: dict[str, list[int]] = {}
             made: list[NewSubscription] = []
@@ -170,18 +170,14 @@ class AdminOperations:
             self._audit(session, caller, "bulk_create", created_ids)
             exists = [sub_id for sub_id, created in stored if not created]
             groups = repo.groups_of(exists) if any(n.group for _, n in valid) else {}
-            results = list(refused)
             for (index, new), (sub_id, created) in zip(valid, stored, strict=True):
-                status: Literal["created", "exists"] = "created" if created else "exists"
                 try:
                     if not created:
                         check_same_group(new, groups.get(sub_id))
                 except StoreError as e:
-                    error = ErrorBody(code=e.code, message=e.message)
-                    results.append(BulkItem(index=index, status="error", error=error))
+                    result.fail(index, e.code, e.message)
                     continue
-                results.append(BulkItem(index=index, status=status, id=sub_id))
-            return results
+                result.store(index, sub_id, created)
 
         return write
 
@@ -372,21 +368,20 @@ def _with_policies(repo: SubscriptionRepository, items: Sequence[NewSubscription
 
 
 def _resolve_groups(
-    repo: SubscriptionRepository, valid: list[tuple[int, NewSubscription]]
-) -> tuple[list[tuple[int, NewSubscription]], list[BulkItem]]:
-    """Each item with its group's policy, or its own ``group_policy_conflict`` error."""
+    repo: SubscriptionRepository, valid: list[tuple[int, NewSubscription]], result: BulkResult
+) -> list[tuple[int, NewSubscription]]:
+    """Each item with its group's policy; an item in conflict fails in ``result``
+    (``group_policy_conflict``)."""
     if not any(new.group is not None for _, new in valid):
-        return valid, []
+        return valid
     policies = _with_policies(repo, [new for _, new in valid])
     resolved: list[tuple[int, NewSubscription]] = []
-    refused: list[BulkItem] = []
     for index, new in valid:
         try:
             resolved.append((index, policies.resolve(new)))
         except StoreError as e:
-            error = ErrorBody(code=e.code, message=e.message)
-            refused.append(BulkItem(index=index, status="error", error=error))
-    return resolved, refused
+            result.fail(index, e.code, e.message)
+    return resolved
 
 
 #: Fields each kind ignores: given anyway, they are refused (a headers subscription with a
