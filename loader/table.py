@@ -399,7 +399,8 @@ class RoutingTable:
         change ``seq`` (a fresh table only), and ``members`` ((id, tenant, group, policy)
         of the grouped ones, ``SubscriptionRepository.members``). No Python object per
         row: names are coded per distinct value, patterns go to the catalog as one Arrow
-        column and to the native engine as its buffers."""
+        column and to the engines as its buffers (``Matcher.subscribe_arrays``, read in C by
+        ``native``)."""
         with self._apply_lock:
             if len(self._catalog.entries):
                 raise RuntimeError("load() builds a fresh table; use apply() for changes")
