@@ -13,7 +13,8 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# g++ for matcher/_native.pyx (the same Debian and Python as the runtime: same ABI).
+# g++ for the compiled parts, matcher/_native.pyx and app/_answers.pyx (the same Debian and
+# Python as the runtime: same ABI).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends g++ \
     && rm -rf /var/lib/apt/lists/* \

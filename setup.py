@@ -19,7 +19,7 @@ def cpp_extension(name: str, package: str, header: str) -> Extension:
 
 EXTENSIONS = [
     cpp_extension("_native", "matcher", "native_core.hpp"),
-    cpp_extension("_answers", "loader", "answers_json.hpp"),
+    cpp_extension("_answers", "app", "answers_json.hpp"),
 ]
 
 setup(ext_modules=cythonize(EXTENSIONS, language_level=3))

@@ -12,31 +12,26 @@ from __future__ import annotations
 
 import logging
 import threading
-from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
-from loader._answers import encode_answers
 from loader.catalog import Catalog, Entry, Names, numpy_view
 from loader.groups import Delivery, GroupIndex
 from loader.shadow import ShadowCheck
 from matcher import (
     EMPTY,
+    BatchIds,
     CapacityError,
     HeadersMatcher,
     Limits,
     Matcher,
-    MatcherError,
     MatchResult,
     create_matcher,
 )
-from matcher._native import NativeMatcher
 from matcher.overlap import Found, Relation, search
 from store.records import HEADERS_DIALECT, Change, headers_from_pattern
 
@@ -145,65 +140,30 @@ class RoutingTable:
             shadow.record(wrong, topic, f"tenant {tenant!r}, {dialect}")
         return answer
 
-    def match_many(self, tenant: str, dialect: str, topics: Iterable[str]) -> list[dict[str, Any]]:
-        """``match_many_json``'s answers decoded: one dict per topic (tests and tools; the
-        API sends the JSON as it is)."""
-        encoded, _ = self.match_many_json(tenant, dialect, topics)
-        answers: list[dict[str, Any]] = orjson.loads(b"[" + encoded + b"]")
-        return answers
-
-    def match_many_json(
-        self, tenant: str, dialect: str, topics: Iterable[str]
-    ) -> tuple[bytes, int]:
-        """``match`` for each topic, as the batch API answers it for a tenant without
-        shared subscriptions, as JSON: the items of the answer's ``results`` array
-        (comma-separated, no brackets, so slices join with a comma), and how many matches
-        they hold. Per topic either ``{"subscriptions": sorted ids, "subscribers": sorted
-        distinct names, "groups": []}`` or ``{"error": {"code", "message"}}`` for an invalid
-        topic. One matcher look-up per batch. On ``native`` the walks are one ``match_ids``
-        call, without the GIL (another thread's Python runs meanwhile), and the JSON is
-        written from its arrays in C (``loader._answers``: no Python object per topic or
-        id); other engines build each answer's dict and encode them with orjson: the same
-        bytes (``tests/loader`` holds the two to that)."""
+    def match_ids(self, tenant: str, dialect: str, topics: Iterable[str]) -> BatchIds:
+        """``match`` for each of ``topics``, answered in arrays by the answering engine's
+        ``Matcher.match_ids`` (``native``: the walks in C without the GIL, no Python object
+        per id), with one matcher look-up per batch. With a shadow check each topic counts
+        as one match toward the sample (``_shadow_batch``). Invalid topics get their error,
+        also for a tenant with no subscriptions. ``subscriber_names`` names the ids."""
         matchers = self._topic.get((tenant, dialect))
+        if matchers is None:
+            return _validator(dialect, self.limits).match_ids(topics)
         shadow = self.shadow
-        sampling = (
-            shadow
-            if matchers is not None and shadow is not None and shadow.every and len(matchers) > 1
-            else None
-        )
-        primary = None if matchers is None else matchers[self._primary]
-        if isinstance(primary, NativeMatcher):
-            topics = topics if isinstance(topics, Sequence) else list(topics)
-            seq, writing = self._catalog.seq, self._apply_lock.locked()
-            found = primary.match_ids(topics)
-            if sampling is not None:
-                assert matchers is not None
-                self._shadow_batch(
-                    matchers, sampling, (tenant, dialect), topics, found, seq, writing
-                )
-            counts, ids, errors = found
-            return encode_answers(counts, ids, errors, self._by_id, self._far)
-        match: Callable[[str], MatchResult]
-        if primary is None or sampling is not None:
-            # Rare: no subscriptions (``match`` still validates), or the shadow check samples.
-            match = partial(self.match, tenant, dialect)
-        else:
-            match = primary.match
-        by_id = self._by_id
-        far = self._far
-        out: list[dict[str, Any]] = []
-        append = out.append
-        matched = 0
-        for topic in topics:
-            try:
-                result = match(topic)
-            except MatcherError as e:
-                append({"error": {"code": e.code, "message": e.message}})
-                continue
-            matched += len(result)
-            append(self._answer(sorted(result), by_id, far))
-        return orjson.dumps(out)[1:-1], matched
+        if shadow is None or not shadow.every or len(matchers) == 1:
+            return matchers[self._primary].match_ids(topics)
+        topics = topics if isinstance(topics, Sequence) else list(topics)
+        seq, writing = self._catalog.seq, self._apply_lock.locked()
+        found = matchers[self._primary].match_ids(topics)
+        self._shadow_batch(matchers, shadow, (tenant, dialect), topics, found, seq, writing)
+        return found
+
+    def subscriber_names(self) -> tuple[list[str | None], dict[int, str]]:
+        """Who holds each id, as the answer encoder reads it (``app.delivery``): the name
+        at index id of the list when it reaches that far and is set, else in the dict, else
+        none (removed since the match). Live views, changed by the applier with the GIL
+        held: read them with the GIL held, never keep them."""
+        return self._by_id, self._far
 
     def _shadow_batch(
         self,
@@ -211,7 +171,7 @@ class RoutingTable:
         shadow: ShadowCheck,
         key: tuple[str, str],
         topics: Sequence[str],
-        found: tuple[array[int], array[int], dict[int, MatcherError]],
+        found: BatchIds,
         seq: int,
         writing: bool,
     ) -> None:
@@ -230,23 +190,6 @@ class RoutingTable:
             wrong = [name for name, m in others.items() if set(m.match(topic)) != answer]
             if not writing and not self._apply_lock.locked() and self._catalog.seq == seq:
                 shadow.record(wrong, topic, f"tenant {key[0]!r}, {key[1]}")
-
-    @classmethod
-    def _answer(
-        cls, ids: list[int], by_id: list[str | None], far: dict[int, str]
-    ) -> dict[str, Any]:
-        """One topic's batch answer from its ids, ascending."""
-        if not ids:
-            return {"subscriptions": ids, "subscribers": [], "groups": []}
-        if len(ids) == 1:
-            only = ids[0]
-            name = (by_id[only] if only < len(by_id) else None) or far.get(only)
-            return {
-                "subscriptions": ids,
-                "subscribers": [] if name is None else [name],
-                "groups": [],
-            }
-        return {"subscriptions": ids, "subscribers": cls._names_of(ids, by_id, far), "groups": []}
 
     def match_headers(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
         matcher = self._headers.get(tenant)
@@ -269,31 +212,26 @@ class RoutingTable:
     def check_room(self, items: Iterable[tuple[str, str, str]]) -> None:
         """Raise CapacityError when subscribing ``items`` ((tenant, dialect, pattern),
         valid and new) might not fit their groups' answering engine now (its
-        ``check_room``; an engine without one always fits): the admin writes ask before
-        they store, so a full engine refuses a write (403) instead of leaving it unserved
-        (see apply). Advisory: the applier decides. O(items)."""
+        ``Matcher.check_room``): the admin writes ask before they store, so a full engine
+        refuses a write (403) instead of leaving it unserved (see apply). Advisory: the
+        applier decides. O(items)."""
         groups: dict[tuple[str, str], list[str]] = {}
         for tenant, dialect, pattern in items:
             if dialect != HEADERS_DIALECT:
                 groups.setdefault((tenant, dialect), []).append(pattern)
         for key, patterns in groups.items():
             matchers = self._topic.get(key)
-            engine = _engine(matchers[self._primary]) if matchers else None
-            check = getattr(engine, "check_room", None)
-            if check is not None:
-                check(patterns)
+            if matchers:
+                matchers[self._primary].check_room(patterns)
 
     def capacity_fill(self) -> dict[str, float]:
-        """Per fixed capacity of the answering engine (``NativeMatcher.capacity()``: trie
-        nodes, tail words, text bytes), the fullest matcher's used share, 0 to 1; empty for
-        an engine without such capacities. O(tenants x dialects) (the metrics scrape calls
-        it: past 1, that matcher's writes are refused)."""
+        """Per fixed capacity of the answering engine (``Matcher.capacity()``; ``native``'s:
+        trie nodes, tail words, text bytes), the fullest matcher's used share, 0 to 1; empty
+        for an engine without such capacities. O(tenants x dialects) (the metrics scrape
+        calls it: past 1, that matcher's writes are refused)."""
         fill: dict[str, float] = {}
         for matchers in tuple(self._topic.values()):
-            capacity = getattr(_engine(matchers[self._primary]), "capacity", None)
-            if capacity is None:
-                continue
-            for name, (used, limit) in capacity().items():
+            for name, (used, limit) in matchers[self._primary].capacity().items():
                 fill[name] = max(fill.get(name, 0.0), used / limit)
         return fill
 
@@ -358,15 +296,6 @@ class RoutingTable:
             return Found([], None)
         engine = matchers.get("optimized_inverted_bitmap", matchers[self._primary])
         return search(engine, pattern, relation, after, limit)
-
-    @staticmethod
-    def _names_of(ids: Iterable[int], by_id: list[str | None], far: dict[int, str]) -> list[str]:
-        """``subscribers`` of matched ids (non-negative ints by construction; one removed
-        since the match may have lost its name already, and is left out)."""
-        size = len(by_id)
-        names = {(by_id[i] if i < size else None) or far.get(i) for i in ids}
-        names.discard(None)
-        return sorted(names)  # type: ignore[arg-type]
 
     # -- writes (one applier at a time) -------------------------------------------------
 
@@ -470,7 +399,8 @@ class RoutingTable:
         change ``seq`` (a fresh table only), and ``members`` ((id, tenant, group, policy)
         of the grouped ones, ``SubscriptionRepository.members``). No Python object per
         row: names are coded per distinct value, patterns go to the catalog as one Arrow
-        column and to the native engine as its buffers."""
+        column and to the engines as its buffers (``Matcher.subscribe_arrays``, read in C by
+        ``native``)."""
         with self._apply_lock:
             if len(self._catalog.entries):
                 raise RuntimeError("load() builds a fresh table; use apply() for changes")
@@ -547,14 +477,10 @@ class RoutingTable:
                 headers.subscribe(sub_id, criteria, mode)  # type: ignore[arg-type]
             return []
         engines = list(self._matchers(tenant, dialect, len(ids)).values())
+        offsets, data = _buffers(patterns)
         for k, matcher in enumerate(engines):
             try:
-                subscribe_arrays = getattr(matcher, "subscribe_arrays", None)
-                if subscribe_arrays is not None:
-                    offsets, data = _buffers(patterns)
-                    if subscribe_arrays(ids, offsets, data) >= 0:
-                        continue
-                matcher.subscribe_many(zip(ids.tolist(), patterns.to_pylist(), strict=True))
+                matcher.subscribe_arrays(ids, offsets, data)
             except CapacityError:  # (a bulk write is all or nothing)
                 return self._load_one_by_one(engines, k, ids, patterns)
         return []
@@ -764,11 +690,6 @@ def _strings(column: pa.ChunkedArray) -> pa.StringArray:
     if array.type != pa.string():
         array = array.cast(pa.string())
     return array
-
-
-def _engine(matcher: Matcher) -> Matcher:
-    """The engine behind a matcher (a result cache's, ``CachedMatcher.engine``)."""
-    return getattr(matcher, "engine", matcher)
 
 
 def _some(ids: Sequence[int], shown: int = 5) -> str:

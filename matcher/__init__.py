@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from matcher.base import EMPTY, SUB_ID_LIMIT, Matcher, MatchResult, check_sub_id
+from matcher.base import EMPTY, SUB_ID_LIMIT, BatchIds, Matcher, MatchResult, check_sub_id
 from matcher.errors import (
     CapacityError,
     InvalidPatternError,
@@ -28,6 +28,7 @@ __all__ = [
     "EMPTY",
     "ENGINES",
     "SUB_ID_LIMIT",
+    "BatchIds",
     "CapacityError",
     "Dialect",
     "HeaderLimits",

@@ -1114,11 +1114,15 @@ class NativeMatcher(_Core, Matcher):
             return (<_Core>self)._fast_subscribe_many(items, self._write_lock)
 
     def subscribe_arrays(self, ids, offsets, data):
-        """Subscribe ``ids[k]`` (int64 array) to the UTF-8 pattern
-        ``data[offsets[k]:offsets[k + 1]]`` (int32 offsets, an Arrow string column's
-        buffers): a bulk build without a Python object per subscription. All or nothing;
-        returns how many were indexed, or -1 (nothing done) when some item needs
-        ``subscribe_many``'s general path."""
+        """``Matcher.subscribe_arrays`` without a Python object per subscription when
+        every item is plainly valid AMQP, new, and in increasing id order (the store's
+        load); otherwise the base class's path. Returns how many were new."""
+        done = self._subscribe_arrays_in_c(ids, offsets, data)
+        return done if done >= 0 else Matcher.subscribe_arrays(self, ids, offsets, data)
+
+    def _subscribe_arrays_in_c(self, ids, offsets, data):
+        """The C path of ``subscribe_arrays`` alone, all or nothing: how many were indexed,
+        or -1 with nothing done when some item needs the general path."""
         return (<_Core>self)._subscribe_arrays(ids, offsets, data, self._write_lock)
 
     def _add(self, sub_id, tokens, pattern):

@@ -5,11 +5,18 @@ from __future__ import annotations
 import gc
 import threading
 from abc import ABC, abstractmethod
+from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import ClassVar, Final, Protocol
+from itertools import pairwise
+from typing import Any, ClassVar, Final, Protocol, TypeAlias
 
-from matcher.errors import CapacityError, InvalidSubscriptionIdError, SubscriptionConflictError
+from matcher.errors import (
+    CapacityError,
+    InvalidSubscriptionIdError,
+    MatcherError,
+    SubscriptionConflictError,
+)
 from matcher.grammar import Tokens, checked_text, get_dialect
 from matcher.limits import DEFAULT_LIMITS, Limits
 
@@ -25,6 +32,12 @@ class MatchResult(Protocol):
 
 EMPTY: Final[frozenset[int]] = frozenset()
 SUB_ID_LIMIT: Final = 2**32
+
+#: What ``match_ids`` returns for topics ``t``: ``(counts, ids, errors)``, both arrays
+#: ``array('I')``; topic k's ids, ascending, are the ``counts[k]`` entries of ``ids`` after
+#: those of the topics before it, and ``errors`` maps the position of each topic the dialect
+#: refuses to its error (its count is 0).
+BatchIds: TypeAlias = "tuple[array[int], array[int], dict[int, MatcherError]]"
 
 
 def check_sub_id(sub_id: object) -> int:
@@ -130,6 +143,19 @@ class Matcher(ABC):
             self._patterns.update(batch)
             return len(prepared)
 
+    def subscribe_arrays(self, ids: Any, offsets: Any, data: Any) -> int:
+        """Subscribe ``ids[k]`` to the UTF-8 pattern ``data[offsets[k]:offsets[k + 1]]``:
+        a bulk build from an Arrow string column's buffers (int64 ids, int32 offsets, uint8
+        bytes; anything with the buffer protocol). ``subscribe_many``'s rules (all or
+        nothing); returns how many were new. Here one Python string per item; ``native``
+        reads the buffers in C."""
+        raw = bytes(memoryview(data).cast("B"))
+        bounds = memoryview(offsets).tolist()
+        if len(bounds) != len(memoryview(ids)) + 1:
+            raise ValueError("offsets must hold one more entry than ids")
+        patterns = [raw[start:end].decode("utf-8") for start, end in pairwise(bounds)]
+        return self.subscribe_many(zip(memoryview(ids).tolist(), patterns, strict=True))
+
     def _add_many(self, items: list[tuple[int, Tokens, str]]) -> None:
         """Index validated, new subscriptions (write lock held); engines override it where a
         bulk build beats one ``_add`` each."""
@@ -148,6 +174,49 @@ class Matcher(ABC):
     @abstractmethod
     def match(self, topic: str) -> MatchResult:
         """Ids of every subscription whose pattern matches ``topic``."""
+
+    def match_ids(self, topics: Iterable[str]) -> BatchIds:
+        """``match`` for many topics, answered in arrays (``BatchIds``): no Python object
+        per id for the caller to hold. Here one ``match`` per topic; ``native`` walks them
+        in C without the GIL. O(matches + their sort) beyond the walks."""
+        counts: array[int] = array("I")
+        ids: array[int] = array("I")
+        errors: dict[int, MatcherError] = {}
+        match = self.match
+        for k, topic in enumerate(topics):
+            try:
+                found = match(topic)
+            except MatcherError as e:
+                errors[k] = e
+                counts.append(0)
+                continue
+            counts.append(len(found))
+            ids.extend(sorted(found))
+        return counts, ids, errors
+
+    def capacity(self) -> dict[str, tuple[int, int]]:
+        """(used, limit) of each fixed capacity of the structure beyond
+        ``limits.max_subscriptions``, by name; past a limit, writes raise CapacityError.
+        None here; ``native`` has three."""
+        return {}
+
+    def check_room(self, patterns: Iterable[str]) -> None:
+        """Raise CapacityError when subscribing ``patterns`` (new, and valid in the
+        dialect) might not fit: here when they would pass ``max_subscriptions``; engines
+        with fixed capacities (``capacity``) check those too. A writer's early refusal;
+        subscribing decides. O(patterns)."""
+        more = sum(1 for _ in patterns)
+        limit = self.limits.max_subscriptions
+        if len(self) + more <= limit:
+            return
+        if more == 1:
+            raise CapacityError(
+                "too_many_subscriptions", f"the matcher holds {limit} subscriptions, its limit"
+            )
+        raise CapacityError(
+            "too_many_subscriptions",
+            f"{more} more subscriptions would exceed the limit of {limit}",
+        )
 
     @abstractmethod
     def _add(self, sub_id: int, tokens: Tokens, pattern: str) -> None:

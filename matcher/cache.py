@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from typing import Any
 
-from matcher.base import Matcher, MatchResult
+from matcher.base import BatchIds, Matcher, MatchResult
 from matcher.grammar import Tokens
 
 
@@ -19,7 +20,9 @@ class CachedMatcher(Matcher):
     """``engine`` behind an exact-topic cache of at most ``size`` entries (oldest evicted).
 
     Writes must go through this object (it shares the engine's id -> pattern table and write
-    lock); reads of engine-specific features (``snapshot()``) go to ``engine``.
+    lock); reads of engine-specific features (``snapshot()``) go to ``engine``. The batch
+    and capacity calls of the interface are the engine's own (a batch bypasses the cache:
+    ``native`` answers it in C, and its answers are never stale either).
     """
 
     name = "cache"
@@ -50,6 +53,15 @@ class CachedMatcher(Matcher):
         cache[topic] = result
         return result
 
+    def match_ids(self, topics: Iterable[str]) -> BatchIds:
+        return self.engine.match_ids(topics)
+
+    def capacity(self) -> dict[str, tuple[int, int]]:
+        return self.engine.capacity()
+
+    def check_room(self, patterns: Iterable[str]) -> None:
+        self.engine.check_room(patterns)
+
     def cached_topics(self) -> int:
         return len(self._cache)
 
@@ -61,6 +73,13 @@ class CachedMatcher(Matcher):
         a cleared cache."""
         try:
             return self.engine.subscribe_many(items)
+        finally:
+            self._cache = {}
+
+    def subscribe_arrays(self, ids: Any, offsets: Any, data: Any) -> int:
+        """The engine's own bulk build from arrays, then a cleared cache."""
+        try:
+            return self.engine.subscribe_arrays(ids, offsets, data)
         finally:
             self._cache = {}
 

@@ -19,7 +19,6 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from matcher import EMPTY, HeadersMatcher, Matcher, MatcherError, MatchResult, create_matcher
-from matcher._native import NativeMatcher
 from matcher.groups import by_hash, select, stable_hash
 from pipeline.codes import DEFAULT_DIALECT, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
 from pipeline.schema import ROUTED_NAMES
@@ -108,9 +107,9 @@ class Router:
     ) -> tuple[Rows, Rows, npt.NDArray[np.bool_], list[str | None], list[str | None]]:
         """Per message its number of deliveries (0 for a rejected one), the plan positions
         of all of them in message order, which messages are rejected, and the reject codes
-        and details. One engine,
-        ``native``, no headers and no groups (the common case): one ``match_ids`` call,
-        without a Python object per match; otherwise ``_match``'s per-message results."""
+        and details. One engine, no headers and no groups (the common case): one
+        ``Matcher.match_ids`` call (on ``native`` without a Python object per match);
+        otherwise ``_match``'s per-message results."""
         n = batch.num_rows
         reasons = batch.column("reason")
         tenants = _values(batch, "tenant", DEFAULT_TENANT)
@@ -121,8 +120,8 @@ class Router:
             and not self.plan.groups
             and ("headers" not in batch.schema.names or batch.column("headers").null_count == n)
         )
-        engine = self.engine(tenants[0], dialects[0]) if plain else None
-        if isinstance(engine, NativeMatcher):
+        if plain:
+            engine = self.engine(tenants[0], dialects[0])
             found, ids, errors = engine.match_ids(batch.column("topic").to_pylist())
             codes: list[str | None] = [None] * n
             details: list[str | None] = [None] * n

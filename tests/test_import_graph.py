@@ -89,3 +89,57 @@ def test_light_commands_load_no_heavy_library(args: list[str], tmp_path: Path) -
     loaded = set(json.loads(done.stderr.strip().splitlines()[-1]))
     assert "typer" in loaded  # the probe did run the command line
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+
+
+#: The compiled engine's private module: every engine answers the same interface
+#: (``matcher.Matcher``), so only the matcher and its own tests import it (and this
+#: checker names it), by path prefix.
+PRIVATE_ENGINE = "matcher._native"
+PRIVATE_ENGINE_IMPORTERS = ("matcher/", "tests/matcher/", "tests/test_import_graph.py")
+
+
+def _imports_private_engine(path: Path) -> bool:
+    """Whether ``path`` imports ``matcher._native`` in any spelling: ``import``, ``from``
+    (of it, or of it from ``matcher``), or by name (``importlib.import_module``), at any
+    depth of the module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value]
+        else:
+            continue
+        if any(name == PRIVATE_ENGINE or name.startswith(f"{PRIVATE_ENGINE}.") for name in names):
+            return True
+    return False
+
+
+def test_only_the_matcher_imports_the_compiled_engine() -> None:
+    offenders = [
+        relative
+        for directory in (*PACKAGES, "tests")
+        for path in sorted((ROOT / directory).rglob("*.py"))
+        if not (relative := path.relative_to(ROOT).as_posix()).startswith(PRIVATE_ENGINE_IMPORTERS)
+        and _imports_private_engine(path)
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("def f():\n    from matcher._native import NativeMatcher\n", True),
+        ("import matcher._native\n", True),
+        ("def f():\n    from matcher import _native\n", True),
+        ("import importlib\nimportlib.import_module('matcher._native')\n", True),
+        ("from matcher import NativeMatcherLike, create_matcher\n", False),
+        ("import matcher.native_helpers\n", False),
+    ],
+)
+def test_the_checker_sees_every_spelling(source: str, found: bool, tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(source)
+    assert _imports_private_engine(module) is found

@@ -5,7 +5,6 @@ models document the shape."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
 import orjson
@@ -14,7 +13,7 @@ from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import Caller
-from app.delivery import delivery
+from app.delivery import batch, delivery
 from app.dependencies import BatchCaller, MatchCaller, ServicesDep
 from app.errors import documented
 from app.ratelimit import BATCH_TOPICS
@@ -30,8 +29,6 @@ from app.schemas import (
 )
 from app.services import Services
 from app.table_reads import MAX_NAMED, explain_topic
-from loader import RoutingTable
-from matcher import MatcherError
 
 #: Topics matched per slice of a batch. A slice runs in a worker thread and costs a few ms
 #: (1,000 topics at 1-20 µs each); between slices, and at every GIL switch within one, the
@@ -141,8 +138,11 @@ async def batch_answer(services: Services, caller: Caller, body: BatchIn) -> Res
     for start in range(0, len(topics), BATCH_SLICE):
         end = start + BATCH_SLICE
         async with fair.slot(tenant):
+            # Matching and encoding in one worker-thread hop: each hop is a GIL hand-off
+            # with the event loop, and under concurrent batches a second hop (encoding
+            # apart) cost a quarter of the rate.
             part, count = await run_in_threadpool(
-                _batch_slice,
+                batch,
                 table,
                 tenant,
                 body.dialect,
@@ -157,37 +157,6 @@ async def batch_answer(services: Services, caller: Caller, body: BatchIn) -> Res
             )
         parts.append(part)
     return Response(b'{"results":[' + b",".join(parts) + b"]}", media_type="application/json")
-
-
-def _batch_slice(
-    table: RoutingTable,
-    tenant: str,
-    dialect: str,
-    topics: Sequence[str],
-    keys: Sequence[str] | None,
-) -> tuple[bytes, int]:
-    """One slice of a batch, in a worker thread: its answers as JSON (the items of the
-    ``results`` array, without brackets; the route joins the slices with commas) and how
-    many matches they hold. Matching and encoding in one hop: each hop is a GIL hand-off
-    with the event loop, and under concurrent batches a second hop (encoding apart) cost a
-    quarter of the rate. ``match_many_json`` for a tenant without shared subscriptions (no
-    per-id Python work), else a delivery per topic."""
-    if not table.groups.has_groups(tenant):
-        return table.match_many_json(tenant, dialect, topics)
-    results: list[dict[str, Any]] = []
-    match = table.match
-    append = results.append
-    matched = 0
-    for i, topic in enumerate(topics):
-        try:
-            ids = match(tenant, dialect, topic)
-            answer = delivery(table, tenant, ids, topic if keys is None else keys[i])
-        except MatcherError as e:
-            append({"error": {"code": e.code, "message": e.message}})
-        else:
-            matched += len(answer["subscriptions"])
-            append(answer)
-    return orjson.dumps(results)[1:-1], matched
 
 
 @router.post("/match/headers", response_model=MatchOut, responses=documented(413))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from bench.server import Server, service_environment, start_server, topicstore_command
-from matcher._native import NativeMatcher
+from matcher import create_matcher
 from migrations.runner import upgrade
 from store import Database, DatabaseLockedError, NewSubscription, SubscriptionRepository
 from tests.app.conftest import (
@@ -74,7 +74,7 @@ def test_startup_loads_the_store_then_is_ready_with_no_lag(
         metrics
     )
     # The answering engine's fixed capacities, filled as the same patterns fill them here.
-    same = NativeMatcher()
+    same = create_matcher("native")
     same.subscribe_many((i, f"boot.{i - 1}.#") for i in range(1, 41))
     assert same.capacity()["trie_nodes"][0] == 82  # root, boot, and 'i' and '#' each
     for name, (used, limit) in same.capacity().items():

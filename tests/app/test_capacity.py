@@ -11,25 +11,24 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from loader import RoutingTable
-from matcher._native import NativeMatcher
+from matcher import Matcher
 from tests.app.conftest import ADMIN_HEADERS, create
+from tests.matcher.native_capacity import lower_capacity
 
 
-def _native(table: RoutingTable) -> NativeMatcher:
+def _native(table: RoutingTable) -> Matcher:
     deadline = time.monotonic() + 15  # a liveness bound: the write is applied at once
     while ("default", "amqp") not in table._topic:
         assert time.monotonic() < deadline, "the first write was never applied"
         time.sleep(0.01)
-    native = table._topic[("default", "amqp")]["native"]
-    assert isinstance(native, NativeMatcher)
-    return native
+    return table._topic[("default", "amqp")]["native"]
 
 
 def test_a_full_engine_refuses_new_subscriptions_with_403(client: TestClient) -> None:
     first = create(client, "q", "w0.#")
     table = client.app.state.services.loader.table  # type: ignore[attr-defined]
     # The root, w0 and its '#': 3 nodes; room for one more such pattern.
-    _native(table)._lower_capacity(5, 1 << 40, 1 << 40)
+    lower_capacity(_native(table), 5)
     create(client, "q", "w1.#")
 
     def post(pattern: str) -> tuple[int, Any]:

@@ -15,9 +15,9 @@ import sqlalchemy as sa
 
 from bench.scratch_db import libpq_dsn
 from loader import Loader
-from matcher._native import NativeMatcher
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository, validate
+from tests.matcher.native_capacity import lower_capacity
 
 Sub = NewSubscription
 
@@ -263,9 +263,8 @@ def test_a_refused_subscription_goes_in_once_removals_make_room(
     every pass until removals make room."""
     first = _add(database, Sub("q", "a.#"))
     loader = started(database)
-    native = loader.table._topic[("default", "amqp")]["native"]
-    assert isinstance(native, NativeMatcher)
-    native._lower_capacity(7, 1 << 40, 1 << 40)  # the root and 2 nodes a pattern: 3 fit
+    # The root and 2 nodes a pattern: 3 fit.
+    lower_capacity(loader.table._topic[("default", "amqp")]["native"], 7)
     ids = _add(database, Sub("q", "b.#"), Sub("q", "c.#"), Sub("q", "d.#"))
     later = _add(database, Sub("q", "e.#", tenant="other"))
     eventually(lambda: later[0] in _table_ids(loader))

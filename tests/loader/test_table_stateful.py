@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
 
-import orjson
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, settings
@@ -20,12 +18,12 @@ import loader.catalog
 from loader import Entry, RoutingTable, Snapshot
 from loader.table import as_change
 from matcher import CapacityError, MatcherError, create_matcher
-from matcher._native import NativeMatcher
-from store.records import headers_pattern
+from matcher.cache import CachedMatcher
+from store.records import Change, headers_pattern
+from tests.matcher.native_capacity import lower_capacity
 
 TENANTS = st.sampled_from(["t1", "t2"])
-#: Names the batch answer's JSON encoder must escape and order as orjson and ``sorted`` do:
-#: quotes, backslashes, control characters, non-ASCII (after ASCII), a prefix of another.
+#: Names with quotes, backslashes, control characters, non-ASCII, a prefix of another.
 SUBSCRIBERS = st.sampled_from(["a", "ab", "b", "é", 'q"\\', "t\t\x01\x1f\x7f", "😀z"])
 WORDS = ["x", "y", "z"]
 PATTERNS = st.lists(st.sampled_from([*WORDS, "*", "#"]), min_size=1, max_size=3).map(".".join)
@@ -83,29 +81,31 @@ class TableAgrees(RuleBasedStateMachine):
 
     @rule(tenant=TENANTS, topics=st.lists(st.one_of(TOPICS, BAD_TOPICS), max_size=4))
     def match(self, tenant: str, topics: list[str]) -> None:
-        """The batch answer, item by item, and its JSON byte for byte as orjson writes the
-        reference's dicts (the native path writes it in C, ``loader._answers``)."""
-        batch = self.table.match_many(tenant, "amqp", topics)
-        expected_answers: list[dict[str, Any]] = []
-        for topic, answer in zip(topics, batch, strict=True):
+        """The batch answer in arrays (``match_ids``) says per topic what ``match`` and the
+        reference say, and ``subscriber_names`` names its ids as the reference does."""
+        counts, ids, errors = self.table.match_ids(tenant, "amqp", topics)
+        by_id, far = self.table.subscriber_names()
+        assert len(counts) == len(topics)
+        at = 0
+        for k, topic in enumerate(topics):
             try:
-                ids = self.table.match(tenant, "amqp", topic)
+                found = self.table.match(tenant, "amqp", topic)
             except MatcherError as e:
-                expected_answers.append({"error": {"code": e.code, "message": e.message}})
-                assert answer == expected_answers[-1]
+                assert (errors[k].code, errors[k].message, counts[k]) == (e.code, e.message, 0)
                 continue
+            assert k not in errors
+            got = list(ids[at : at + counts[k]])
+            at += counts[k]
             expected = sorted(
                 i
                 for i, e in self.model.items()
                 if e.tenant == tenant and e.dialect == "amqp" and self._matches(e.pattern, topic)
             )
-            assert sorted(ids) == expected == answer["subscriptions"]
+            assert sorted(found) == expected == got
             names = sorted({self.model[i].subscriber for i in expected})
-            assert self.table.subscribers(ids) == names == answer["subscribers"]
-            expected_answers.append({"subscriptions": expected, "subscribers": names, "groups": []})
-        encoded, matched = self.table.match_many_json(tenant, "amqp", topics)
-        assert encoded == orjson.dumps(expected_answers)[1:-1]
-        assert matched == sum(len(a.get("subscriptions", ())) for a in expected_answers)
+            named = {(by_id[i] if i < len(by_id) else None) or far[i] for i in got}
+            assert self.table.subscribers(found) == names == sorted(named)
+        assert at == len(ids)
 
     def _matches(self, pattern: str, topic: str) -> bool:
         self.naive.subscribe(1, pattern)
@@ -201,13 +201,12 @@ def test_a_capacity_refusal_is_not_served_and_the_applier_goes_on() -> None:
     it is counted, later changes still apply, and once removals make room the same adds
     go in. The bulk startup build refuses the same way, row by row."""
 
-    def adds(seq: int, ids: range, tenant: str = "t") -> list[Any]:
+    def adds(seq: int, ids: range, tenant: str = "t") -> list[Change]:
         return [as_change(seq, "add", i, Entry(tenant, f"s{i}", "amqp", f"w{i}.#")) for i in ids]
 
     def lowered(table: RoutingTable) -> None:
-        native = table._matchers("t", "amqp")["native"]
-        assert isinstance(native, NativeMatcher)
-        native._lower_capacity(41, 1 << 40, 1 << 40)  # the root and 2 nodes a pattern: 20 fit
+        # The root and 2 nodes a pattern: 20 fit.
+        lower_capacity(table._matchers("t", "amqp")["native"], 41)
 
     table = RoutingTable(("native", "trie"))
     lowered(table)
@@ -259,11 +258,11 @@ def test_capacity_checks_reach_the_engine_behind_a_result_cache() -> None:
     table = RoutingTable(("native",), cache_size=16)
     table.apply([as_change(1, "add", 1, Entry("t", "s", "amqp", "w1.#"))])
     cached = table._matchers("t", "amqp")["native"]
-    engine = getattr(cached, "engine", None)
-    assert isinstance(engine, NativeMatcher)
+    assert isinstance(cached, CachedMatcher)
+    engine = cached.engine
     assert table.capacity_fill()["trie_nodes"] == 3 / engine.capacity()["trie_nodes"][1]
     table.check_room([("t", "amqp", "w2.#"), ("u", "amqp", "w2.#")])  # fits; u: no engine yet
-    engine._lower_capacity(4, 1 << 40, 1 << 40)
+    lower_capacity(engine, 4)
     with pytest.raises(CapacityError) as refused:
         table.check_room([("t", "amqp", "w2.#")])
     assert refused.value.code == "too_many_trie_nodes"

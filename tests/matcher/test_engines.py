@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import TypeAlias
 
 import pytest
@@ -16,6 +17,7 @@ from matcher import (
     InvalidSubscriptionIdError,
     InvalidTopicError,
     Limits,
+    Matcher,
     SubscriptionConflictError,
     create_matcher,
 )
@@ -100,6 +102,47 @@ def test_capacity_limit(engine: str) -> None:
     assert info.value.code == "too_many_subscriptions"
     m.unsubscribe(1)
     m.subscribe(3, "c")
+
+
+@pytest.mark.parametrize("cache_size", [0, 4])
+def test_check_room_refuses_what_subscribe_would(engine: str, cache_size: int) -> None:
+    """``check_room`` (an admin write's early refusal) refuses patterns past
+    ``max_subscriptions`` as subscribing would, with the same code and the same message
+    from the base class as from ``native``'s override; behind a result cache too."""
+    m = create_matcher(engine, limits=Limits(max_subscriptions=3), cache_size=cache_size)
+    m.subscribe(1, "a")
+    m.check_room([])
+    m.check_room(["b", "c"])
+    refusals = []
+    for check in (m.check_room, partial(Matcher.check_room, m)):
+        for patterns in (["b", "c", "d"], iter(["b", "c", "d"])):
+            with pytest.raises(CapacityError) as info:
+                check(patterns)
+            refusals.append((info.value.code, info.value.message))
+    m.subscribe_many([(2, "b"), (3, "c")])
+    for check in (m.check_room, partial(Matcher.check_room, m)):
+        with pytest.raises(CapacityError) as info:
+            check(["d"])
+        refusals.append((info.value.code, info.value.message))
+    assert refusals == [
+        *[("too_many_subscriptions", "3 more subscriptions would exceed the limit of 3")] * 4,
+        *[("too_many_subscriptions", "the matcher holds 3 subscriptions, its limit")] * 2,
+    ]
+    with pytest.raises(CapacityError):
+        m.subscribe(4, "d")
+
+
+def test_fixed_capacities_are_native_only(engine: str) -> None:
+    """``capacity()`` names the fixed capacities beyond ``max_subscriptions``: ``native``'s
+    three (also through a result cache), none for the others."""
+    for m in (create_matcher(engine), create_matcher(engine, cache_size=4)):
+        m.subscribe(1, "a.b")
+        capacity = m.capacity()
+        if engine != "native":
+            assert capacity == {}
+            continue
+        assert sorted(capacity) == ["tail_words", "text_bytes", "trie_nodes"]
+        assert 2 <= capacity["trie_nodes"][0] < capacity["trie_nodes"][1]  # the root and more
 
 
 def test_unknown_names() -> None:

@@ -4,16 +4,54 @@ structure with a plain reference)."""
 
 from __future__ import annotations
 
+from array import array
+from functools import partial
+
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from matcher import ENGINES, Limits, Matcher, SubscriptionConflictError, create_matcher
-from matcher._native import NativeMatcher
+from matcher import (
+    ENGINES,
+    BatchIds,
+    Limits,
+    Matcher,
+    MatcherError,
+    SubscriptionConflictError,
+    create_matcher,
+)
 from tests.matcher.strategies import PATTERNS, SUB_IDS, TOPICS
 
 FAST_ENGINES = [name for name in ENGINES if name != "naive"]
+#: An engine read and written through the base class's defaults of the calls ``native``
+#: overrides (``match_ids``, ``subscribe_arrays``), to hold the two to the same answers.
+BASE = "native/base"
+
+
+def _columns(items: list[tuple[int, str]]) -> tuple[array[int], array[int], bytes]:
+    """``subscribe_arrays``' arguments for ``items``: int64 ids, int32 offsets, UTF-8."""
+    encoded = [pattern.encode() for _, pattern in items]
+    offsets = array("i", [0])
+    for text in encoded:
+        offsets.append(offsets[-1] + len(text))
+    return array("q", [sub_id for sub_id, _ in items]), offsets, b"".join(encoded)
+
+
+def _per_topic(found: BatchIds) -> tuple[list[list[int] | str], int]:
+    """``match_ids``' arrays as one list of ids (or an error code) per topic, and the ids
+    left over (0 when the counts add up)."""
+    counts, ids, errors = found
+    out: list[list[int] | str] = []
+    at = 0
+    for k, count in enumerate(counts):
+        if k in errors:
+            assert count == 0
+            out.append(errors[k].code)
+            continue
+        out.append(list(ids[at : at + count]))
+        at += count
+    return out, len(ids) - at
 
 
 def _machine(dialect: str) -> type[RuleBasedStateMachine]:
@@ -33,6 +71,7 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
                 self.engines[f"{name}/tiny"] = create_matcher(name, dialect=dialect, limits=tiny)
             for name in ("trie", "native", "dfa", "optimized_inverted_bitmap"):
                 self.engines[f"{name}/cached"] = create_matcher(name, dialect=dialect, cache_size=4)
+            self.engines[BASE] = create_matcher("native", dialect=dialect)
 
         @rule(sub_id=SUB_IDS, pattern=patterns)
         def subscribe(self, sub_id: int, pattern: str) -> None:
@@ -82,20 +121,37 @@ def _machine(dialect: str) -> type[RuleBasedStateMachine]:
                 assert set(got) == expected, (name, topic, self.model)
                 assert len(got) == len(expected), (name, topic)  # distinct ids
 
-        @rule(batch=st.lists(topics, max_size=5))
+        @rule(batch=st.lists(st.tuples(SUB_IDS, patterns), max_size=6))
+        def subscribe_arrays(self, batch: list[tuple[int, str]]) -> None:
+            """The bulk build from an Arrow column's buffers: ``subscribe_many``'s rules."""
+            merged = dict(self.model)
+            conflict = False
+            for sub_id, pattern in batch:
+                if merged.setdefault(sub_id, pattern) != pattern:
+                    conflict = True
+            for name, m in {"naive": self.naive, **self.engines}.items():
+                write = partial(Matcher.subscribe_arrays, m) if name == BASE else m.subscribe_arrays
+                if conflict:  # all or nothing
+                    with pytest.raises(SubscriptionConflictError):
+                        write(*_columns(batch))
+                else:
+                    assert write(*_columns(batch)) == len(merged) - len(self.model), name
+            if not conflict:
+                self.model = merged
+
+        @rule(batch=st.lists(st.one_of(topics, st.sampled_from(["a\x00b", "x" * 300])), max_size=5))
         def match_ids(self, batch: list[str]) -> None:
-            """``native``'s batch answer: per topic, naive's ids in ascending order."""
-            expected = [sorted(self.naive.match(topic)) for topic in batch]
-            for name, m in self.engines.items():
-                if not isinstance(m, NativeMatcher):
-                    continue
-                counts, ids, errors = m.match_ids(batch)
-                assert not errors
-                got, at = [], 0
-                for count in counts:
-                    got.append(list(ids[at : at + count]))
-                    at += count
-                assert (got, at) == (expected, len(ids)), (name, batch, self.model)
+            """The batch answer in arrays: per topic, naive's ids in ascending order, or the
+            error ``match`` raises; the base class's default gives ``native``'s answer."""
+            expected: list[list[int] | str] = []
+            for topic in batch:
+                try:
+                    expected.append(sorted(self.naive.match(topic)))
+                except MatcherError as e:
+                    expected.append(e.code)
+            for name, m in {"naive": self.naive, **self.engines}.items():
+                found = Matcher.match_ids(m, batch) if name == BASE else m.match_ids(batch)
+                assert _per_topic(found) == (expected, 0), (name, batch, self.model)
 
         @invariant()
         def sizes_and_structure(self) -> None:

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import matcher._native
-from matcher import CapacityError, Limits, MatcherError, create_matcher
+from matcher import CapacityError, Limits, MatcherError, SubscriptionConflictError, create_matcher
 from matcher._native import Ids, NativeMatcher
 from matcher.base import Matcher
 from matcher.grammar import AMQP, pattern_matches
@@ -421,24 +421,24 @@ def test_text_arena_compacts_and_keeps_every_pattern() -> None:
     assert dict(m.subscriptions()) == {**patterns, 10_001: "a.*.#"}
 
 
-def test_subscribe_arrays_is_all_or_nothing() -> None:
-    """The columnar bulk path: indexed only when every item is plainly valid, new, and
-    in increasing id order; otherwise -1 and nothing changed (the caller falls back)."""
-    import numpy as np
-
-    def columns(items: list[tuple[int, str]]) -> tuple[object, object, object]:
-        data = "".join(p for _, p in items).encode()
-        offsets = np.cumsum([0, *(len(p.encode()) for _, p in items)]).astype(np.int32)
-        return np.array([i for i, _ in items], np.int64), offsets, np.frombuffer(data, np.uint8)
-
+def test_subscribe_arrays_in_c_is_all_or_nothing() -> None:
+    """The columnar bulk path in C: indexed only when every item is plainly valid, new, and
+    in increasing id order; otherwise -1 and nothing changed, and ``subscribe_arrays``
+    takes the base class's path (``subscribe_many``'s rules)."""
     m = NativeMatcher("amqp")
-    assert m.subscribe_arrays(*columns([(1, "a.*"), (2, "é.b")])) == -1  # not ASCII
-    assert m.subscribe_arrays(*columns([(2, "a.*"), (1, "b")])) == -1  # not increasing
-    assert m.subscribe_arrays(*columns([(1, "a.b"), (2, "")])) == -1  # an empty pattern
+    not_ascii = _columns([(1, "a.*"), (2, "é.b")])
+    assert m._subscribe_arrays_in_c(*not_ascii) == -1
+    assert m._subscribe_arrays_in_c(*_columns([(2, "a.*"), (1, "b")])) == -1  # not increasing
+    assert m._subscribe_arrays_in_c(*_columns([(1, "a.b"), (2, "")])) == -1  # an empty pattern
     assert len(m) == 0
-    assert m.subscribe_arrays(*columns([(1, "a.*"), (5, "a.#")])) == 2
-    assert m.subscribe_arrays(*columns([(5, "a.#")])) == -1  # present already
+    assert m._subscribe_arrays_in_c(*_columns([(1, "a.*"), (5, "a.#")])) == 2
+    assert m._subscribe_arrays_in_c(*_columns([(5, "a.#")])) == -1  # present already
     assert sorted(m.match("a.b")) == [1, 5]
+    assert m.subscribe_arrays(*_columns([(5, "a.#")])) == 0
+    assert m.subscribe_arrays(*not_ascii) == 1
+    with pytest.raises(SubscriptionConflictError):
+        m.subscribe_arrays(*_columns([(7, "c"), (5, "b")]))
+    assert dict(m.subscriptions()) == {1: "a.*", 2: "é.b", 5: "a.#"}
     m._check()
 
 

@@ -104,22 +104,30 @@ def test_agrees_with_the_naive_matcher_on_generated_data(engine: str) -> None:
     assert sum(1 for r in rows if r["first"]) == len(matched)
 
 
+@pytest.mark.parametrize("engine", ["native", "trie"])
 @pytest.mark.parametrize("max_rows", [1, 3, 65_536])
-def test_native_arrays_path_routes_as_the_per_message_path(max_rows: int) -> None:
-    """One ``native`` engine, no upstream rejects, no headers, no groups: the router takes
-    ``match_ids``' arrays instead of a result per message. Its rows, rejects included and
-    cut into batches of ``max_rows`` deliveries, equal the per-message path's (``trie``)."""
+def test_arrays_path_routes_as_the_per_message_path(engine: str, max_rows: int) -> None:
+    """One engine, no upstream rejects, no headers, no groups: the router takes
+    ``Matcher.match_ids``' arrays (``native``'s own, ``trie``'s the base class's) instead of
+    a result per message. Its rows, rejects included and cut into batches of ``max_rows``
+    deliveries, equal the per-message path's, taken by the same messages beside one
+    rejected upstream (whose row is then left out)."""
     subscriptions = _subscriptions(
         [(1, "alice", "stock.*.msft"), (2, "bob", "stock.#"), (3, "carol", "#"), (4, "d", "x.y")]
     )
     topics = ["stock.nasdaq.msft", "stock", "x" * 256, "x.y", "a\x00b", "é.y", "x.y", "stock.a"]
-    batch = _batch([{"message_id": f"m{k}", "topic": t} for k, t in enumerate(topics)])
-    native, _ = build_plan(subscriptions, engine="native")
-    trie, _ = build_plan(subscriptions, engine="trie")
-    got = list(Router(native).route_batch(batch, max_rows))
-    expected = list(Router(trie).route_batch(batch, max_rows))
-    assert [b.to_pylist() for b in got] == [b.to_pylist() for b in expected]
-    reasons = {r["message_id"]: r["reason"] for b in got for r in b.to_pylist() if r["reason"]}
+    messages = [{"message_id": f"m{k}", "topic": t} for k, t in enumerate(topics)]
+    upstream = {"message_id": None, "topic": None, "reason": "malformed_row", "raw": "{oops"}
+    plan, _ = build_plan(subscriptions, engine=engine)
+    got = [b.to_pylist() for b in Router(plan).route_batch(_batch(messages), max_rows)]
+    per_message = Router(plan).route_batch(_batch([*messages, upstream]), max_rows)
+    expected = [
+        rows
+        for b in per_message
+        if (rows := [r for r in b.to_pylist() if r["reason"] != "malformed_row"])
+    ]
+    assert got == expected
+    reasons = {r["message_id"]: r["reason"] for rows in got for r in rows if r["reason"]}
     assert reasons == {"m2": "topic_too_long", "m4": "nul_byte"}
     if max_rows == 1:
         assert len(got) > 3  # cut after each message with deliveries

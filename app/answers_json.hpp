@@ -1,4 +1,4 @@
-// The batch answer's JSON pieces, for loader/_answers.pyx: what orjson writes for the same
+// The batch answer's JSON pieces, for app/_answers.pyx: what orjson writes for the same
 // values (compact, UTF-8 kept, the same escapes), so both encoders give identical bytes.
 #pragma once
 

@@ -1,14 +1,15 @@
 # distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The batch match answer as JSON, written straight from ``NativeMatcher.match_ids``'
-arrays (``answers_json.hpp``). Building a dict and two lists per topic and then encoding
-them cost ≈0.6 ms per 1,000 topics with the GIL held, three times the walks themselves; this
-writes the same bytes as ``orjson.dumps`` of those dicts (``tests/loader`` holds the two to
-byte equality) in one pass. O(matches) per topic, plus O(m log m) to sort a topic's m names.
+"""The batch match answer as JSON, written straight from ``Matcher.match_ids``' arrays
+(``answers_json.hpp``; ``app.delivery.batch`` calls it). Building a dict and two lists per
+topic and then encoding them holds the GIL several times as long as the walks themselves;
+this writes the same bytes as ``orjson.dumps`` of those dicts (``tests/app/test_answers.py``
+holds the two to byte equality) in one pass. O(matches) per topic, plus O(m log m) to sort a
+topic's m names.
 
-Holds the GIL throughout (it reads the table's ``by_id`` list and ``far`` dict, which the
-applier changes with the GIL held). A name's UTF-8 is read in place; the pointers live only
-while one topic is written, and nothing in between runs Python code."""
+Holds the GIL throughout (it reads the routing table's ``by_id`` list and ``far`` dict,
+which the applier changes with the GIL held). A name's UTF-8 is read in place; the pointers
+live only while one topic is written, and nothing in between runs Python code."""
 
 from libc.stdint cimport uint32_t
 from libcpp.string cimport string

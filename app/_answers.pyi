@@ -1,4 +1,4 @@
-"""Types of loader/_answers.pyx."""
+"""Types of app/_answers.pyx."""
 
 from array import array
 

@@ -1,0 +1,118 @@
+"""The match answer's wire format (``app.delivery``): the batch answer's JSON, written in C
+from ``match_ids``' arrays (``app._answers``), byte for byte what orjson writes for the
+answers as dicts, and the batch answer of a real routing table, with and without groups."""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app._answers import encode_answers
+from app.delivery import batch
+from loader import RoutingTable
+from matcher import MatcherError
+from store import Change
+
+#: Names the encoder must escape and order as orjson and ``sorted`` do: quotes,
+#: backslashes, control characters, DEL, non-ASCII (after ASCII), a prefix of another.
+NAMES = st.sampled_from(["a", "ab", "b", "é", 'q"\\', "t\t\x01\x1f\x7f", "😀z", "\u2028"])
+#: Dense ids (the list) and far ones (the dict), up to the largest id.
+IDS = st.one_of(st.integers(0, 60), st.sampled_from([70_000, 2**31, 2**32 - 1]))
+ERRORS = st.builds(MatcherError, st.sampled_from(["nul_byte", "topic_too_long"]), st.text())
+ANSWERS = st.lists(
+    st.one_of(st.lists(IDS, unique=True).map(sorted), ERRORS),
+    max_size=6,
+)
+
+
+def _reference(
+    answers: list[list[int] | MatcherError], by_id: list[str | None], far: dict[int, str]
+) -> list[dict[str, Any]]:
+    """The answers as the API's dicts, written out plainly: an id's name from the list when
+    set there, else from the dict, else none."""
+    items: list[dict[str, Any]] = []
+    for answer in answers:
+        if isinstance(answer, MatcherError):
+            items.append({"error": {"code": answer.code, "message": answer.message}})
+            continue
+        names = set()
+        for sub_id in answer:
+            name = by_id[sub_id] if sub_id < len(by_id) else None
+            if name is None:
+                name = far.get(sub_id)
+            if name is not None:
+                names.add(name)
+        items.append({"subscriptions": answer, "subscribers": sorted(names), "groups": []})
+    return items
+
+
+@given(
+    answers=ANSWERS,
+    by_id=st.lists(st.one_of(st.none(), NAMES), max_size=50),
+    far=st.dictionaries(IDS, NAMES, max_size=8),
+)
+def test_the_encoder_writes_what_orjson_writes(
+    answers: list[list[int] | MatcherError], by_id: list[str | None], far: dict[int, str]
+) -> None:
+    counts, ids = array("I"), array("I")
+    errors: dict[int, MatcherError] = {}
+    for k, answer in enumerate(answers):
+        if isinstance(answer, MatcherError):
+            errors[k] = answer
+            counts.append(0)
+        else:
+            counts.append(len(answer))
+            ids.extend(answer)
+    encoded, matched = encode_answers(counts, ids, errors, by_id, far)
+    assert encoded == orjson.dumps(_reference(answers, by_id, far))[1:-1]
+    assert matched == len(ids)
+
+
+def _add(
+    sub_id: int, tenant: str, subscriber: str, pattern: str, group: str | None = None
+) -> Change:
+    return Change(
+        sub_id, "add", sub_id, tenant, subscriber, pattern, "amqp", "topic", None, None, group
+    )
+
+
+@pytest.mark.parametrize("engines", [("native", "trie"), ("trie",), ("native",)])
+def test_a_batch_answer_names_each_topics_subscribers(engines: tuple[str, ...]) -> None:
+    """Whatever engine answers (``native``'s ``match_ids`` or the base class's), a tenant
+    without groups gets the same JSON; a tenant with groups gets each group's choice."""
+    table = RoutingTable(engines)
+    table.apply(
+        [
+            _add(1, "t", "s1", "a.*"),
+            _add(2, "t", "s2", "a.#"),
+            _add(3, "t", "s1", "b.c"),
+            _add(70_000, "t", "far", "b.*"),
+            _add(4, "g", "m1", "a.*", group="grp"),
+            _add(5, "g", "m2", "a.*", group="grp"),
+            _add(6, "g", "solo", "a.#"),
+        ]
+    )
+    encoded, matched = batch(table, "t", "amqp", ["a.x", "b.c", "a.\x00", "zzz"])
+    answers = orjson.loads(b"[" + encoded + b"]")
+    assert answers[:2] == [
+        {"subscriptions": [1, 2], "subscribers": ["s1", "s2"], "groups": []},
+        {"subscriptions": [3, 70_000], "subscribers": ["far", "s1"], "groups": []},
+    ]
+    assert answers[2]["error"]["code"] == "nul_byte"
+    assert answers[3] == {"subscriptions": [], "subscribers": [], "groups": []}
+    assert matched == 4
+
+    encoded, matched = batch(table, "g", "amqp", ["a.x", "a.\x00"], keys=["k", "k"])
+    grouped, error = orjson.loads(b"[" + encoded + b"]")
+    assert error["error"]["code"] == "nul_byte" and matched == 2
+    (choice,) = grouped["groups"]
+    assert (choice["group"], choice["candidates"]) == ("grp", 2)
+    assert choice["subscription"] in (4, 5) and sorted(grouped["subscriptions"]) == sorted(
+        [choice["subscription"], 6]
+    )
+    assert grouped["subscribers"] == sorted({choice["subscriber"], "solo"})
