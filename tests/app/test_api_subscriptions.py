@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
+from store import AuditRepository, Database, SubscriptionRepository
 from tests.app.conftest import A_HEADERS, ADMIN_HEADERS, create, match_ids
 
 
@@ -407,3 +408,30 @@ def test_list_by_group_and_label(client: TestClient) -> None:
     assert ids(label="absent=x") == []
     refused = client.get("/v1/subscriptions", params={"label": "nokey"}, headers=ADMIN_HEADERS)
     assert refused.status_code == 422, refused.text
+
+
+def test_a_reconnect_storm_of_present_subscriptions_writes_nothing(client: TestClient) -> None:
+    """Clients that reconnect re-create what they had: already-present subscriptions, one
+    by one and in bulk, answer with the stored rows and add no change-log or audit row
+    (followers have nothing to apply, the quota nothing to count)."""
+    items = [{"subscriber": f"c{i % 7}", "pattern": f"storm.{i}.*"} for i in range(300)]
+    first = client.post("/v1/subscriptions/bulk", json={"items": items}, headers=ADMIN_HEADERS)
+    assert first.status_code == 200 and first.json()["created"] == 300
+    ids = [r["id"] for r in first.json()["results"]]
+
+    db: Database = client.app.state.services.db  # type: ignore[attr-defined]
+
+    def logged() -> tuple[int, int, int]:
+        with db.read() as session:
+            repo = SubscriptionRepository(session)
+            changes = len(repo.changes_since(0, 100_000))
+            audits = len(AuditRepository(session).page(limit=1_000))
+            return changes, audits, repo.usage("default")
+
+    before = logged()
+    for item, sub_id in zip(items[:50], ids, strict=False):
+        again = client.post("/v1/subscriptions", json=item, headers=ADMIN_HEADERS)
+        assert again.status_code == 200 and again.json()["id"] == sub_id
+    bulk = client.post("/v1/subscriptions/bulk", json={"items": items}, headers=ADMIN_HEADERS)
+    assert bulk.json()["exists"] == 300 and [r["id"] for r in bulk.json()["results"]] == ids
+    assert logged() == before == (300, 1, 300)
