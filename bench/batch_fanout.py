@@ -21,7 +21,7 @@ import orjson
 from immutables import Map
 
 from bench.report import Cell, Column, Table
-from bench.workloads import market_workload
+from harness.workloads import market_workload
 from loader import RoutingTable
 from store import Change
 

@@ -12,7 +12,7 @@ from functools import partial
 
 import httpx
 
-from bench.server import Server
+from harness.server import Server
 from tests.app.conftest import ADMIN_HEADERS, ServerFactory, kill_mid_writes
 from tests.app.test_api_server import settings_for
 from tests.services import reset_postgres

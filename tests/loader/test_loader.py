@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from bench.scratch_db import libpq_dsn
+from harness.scratch_db import libpq_dsn
 from loader import Loader
 from matcher._native import NativeMatcher
 from migrations.runner import upgrade

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.server import service_environment
+from harness.server import service_environment
 from pipeline.session import CLASS_ARCHIVE_ENV, default_class_archive
 
 #: A process that starts a local JVM with the archive, runs a query, reports the JVM's
