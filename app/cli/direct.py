@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.auth import OPERATOR, Caller, Origin
-from app.cli_backend import Item
+from app.cli.protocol import Item
 from app.operations import AdminOperations
 from app.refusals import NotFoundError
 from app.settings import Settings
