@@ -27,10 +27,16 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(ctx: typer.Context) -> None:
     """topicstore: topic-matching subscription store."""
     # A callback keeps the app a command group, so `topicstore bench` stays a subcommand
-    # even while it is the only command.
+    # even while it is the only command. pipeline/ reads no settings of ours: the one
+    # Settings gives `route` its class archive's default here (only then are they read).
+    if ctx.invoked_subcommand == "route":
+        from app.settings import get_settings
+
+        archive = get_settings().spark_class_archive
+        ctx.default_map = {"route": {"class_archive": archive}}
 
 
 @app.command(
