@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonValue
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from matcher import DIALECTS
 from store import AuditEntry, StoredSubscription
+from store.records import HEADERS_DIALECT
 
-Dialect = Literal["amqp", "mqtt", "nats"]
+if TYPE_CHECKING:  # a Literal built at run time is a plain str to the type checker
+    Dialect: TypeAlias = str
+    StoredDialect: TypeAlias = str
+else:
+    #: A topic dialect, as the matcher's grammar names them (the schema's enum).
+    Dialect = Literal[tuple(DIALECTS)]
+    #: What a subscription's ``dialect`` holds: a topic dialect, or ``headers``.
+    StoredDialect = Literal[(*DIALECTS, HEADERS_DIALECT)]
 
 
 class SubscriptionIn(BaseModel):

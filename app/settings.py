@@ -90,7 +90,7 @@ class Settings(BaseSettings):
         "",
         description="Where a local `topicstore route` keeps Spark's class-data archive: `off`, "
         "or a directory (default: $XDG_CACHE_HOME/topicstore, else ~/.cache/topicstore). "
-        "Read by pipeline.session, which imports nothing of the app.",
+        "The default of `route --class-archive`.",
     )
     match_auth: bool = Field(True, description="Whether match endpoints need a token too.")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")

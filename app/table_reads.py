@@ -1,6 +1,7 @@
 """Reads answered from the routing table: explain a match, patterns overlapping or covered
-by a pattern, a subscriber's redundant patterns. Implemented once; the HTTP routes and the
-command line's direct mode (on a table it builds) both call these.
+by a pattern (and the listing that chooses between that search and the store's plain page),
+a subscriber's redundant patterns. Implemented once; the HTTP routes and the command line's
+direct mode (on a table it builds) both call these.
 
 Bounds (also in docs/explain.md): explain details at most ``MAX_EXPLAINED`` matched subscriptions
 and ``MAX_NAMED`` named subscribers; a redundancy check takes at most
@@ -9,7 +10,7 @@ and ``MAX_NAMED`` named subscribers; a redundancy check takes at most
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from app.auth import Caller
@@ -27,7 +28,7 @@ from app.schemas import (
     Unmatched,
 )
 from loader import RoutingTable
-from matcher import DEFAULT_LIMITS, get_dialect
+from matcher import DEFAULT_LIMITS, DIALECTS, get_dialect
 from matcher.explain import Explanation, explain
 from matcher.overlap import Relation, redundant
 
@@ -40,7 +41,7 @@ MAX_TRIED: Final = 10_000
 #: Patterns of one subscriber in one dialect a redundancy check accepts.
 MAX_REDUNDANCY_PATTERNS: Final = 10_000
 
-TOPIC_DIALECTS: Final = ("amqp", "mqtt", "nats")
+TOPIC_DIALECTS: Final = tuple(DIALECTS)
 
 
 def _topic_dialect(dialect: str) -> str:
@@ -125,7 +126,65 @@ def _closest(
     return Unmatched(subscriber=name, patterns=len(patterns), closest=closest)
 
 
-def relation_of(overlaps: str | None, covered_by: str | None) -> tuple[Relation, str] | None:
+def subscription_page(
+    table: Callable[[], RoutingTable],
+    admin: AdminOperations,
+    caller: Caller,
+    *,
+    overlaps: str | None = None,
+    covered_by: str | None = None,
+    label: str | None = None,
+    tenant: str | None = None,
+    subscriber: str | None = None,
+    pattern_prefix: str | None = None,
+    dialect: str | None = None,
+    group: str | None = None,
+    after: int | None = None,
+    limit: int = 100,
+) -> Page:
+    """A listing's page, as ``GET /v1/subscriptions`` and ``sub ls`` ask for it: with
+    ``overlaps`` or ``covered_by`` the routing table's search (``related_page``; ``table``
+    is called only then), else the store's plain keyset page. ``label`` is ``KEY=VALUE``
+    (the value compared as text)."""
+    pair = None if label is None else _label(label)
+    search = _relation_of(overlaps, covered_by)
+    if search is None:
+        return admin.page(
+            caller,
+            tenant=tenant,
+            subscriber=subscriber,
+            pattern_prefix=pattern_prefix,
+            dialect=dialect,
+            group=group,
+            label=pair,
+            after=after,
+            limit=limit,
+        )
+    relation, pattern = search
+    return related_page(
+        table(),
+        admin,
+        caller,
+        relation=relation,
+        pattern=pattern,
+        tenant=tenant,
+        subscriber=subscriber,
+        pattern_prefix=pattern_prefix,
+        dialect=dialect,
+        group=group,
+        label=pair,
+        after=after,
+        limit=limit,
+    )
+
+
+def _label(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as (key, value); each caller has checked the ``=`` and the key."""
+    key, _, value = text.partition("=")
+    return key, value
+
+
+def _relation_of(overlaps: str | None, covered_by: str | None) -> tuple[Relation, str] | None:
     """Which search a listing asks for, if any: (relation, pattern); both is refused."""
     if overlaps is not None and covered_by is not None:
         raise InvalidRequestError(

@@ -28,7 +28,7 @@ from typing import Final
 from bench.report import Cell, Column, Table
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, BenchError, Subject, build
 from bench.timing import BudgetExceededError, cpu_budget, cpu_budget_available, gc_paused
-from bench.workloads import Workload
+from harness.workloads import Workload
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import orjson
 
 from bench.loadgen import LoadResult, Target, run_load
 from bench.report import Cell, Column, Table
-from bench.server import Server, running_server
-from bench.workloads import MarketWorkload, market_workload
+from harness.server import Server, running_server
+from harness.workloads import MarketWorkload, market_workload
 
 #: The service's targets: /v1/match at least this share of the trivial endpoint's rate...
 MATCH_RATIO_TARGET: Final = 0.7

@@ -22,7 +22,7 @@ from immutables import Map
 
 from app.delivery import batch as answer_batch
 from bench.report import Cell, Column, Table
-from bench.workloads import market_workload
+from harness.workloads import market_workload
 from loader import RoutingTable
 from store import Change
 

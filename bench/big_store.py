@@ -17,8 +17,8 @@ import pyarrow as pa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from bench.scratch_db import DEFAULT_ADMIN_URL, libpq_dsn
-from bench.workloads import market_subscriptions
+from harness.scratch_db import DEFAULT_ADMIN_URL, libpq_dsn
+from harness.workloads import market_subscriptions
 from migrations.runner import upgrade
 
 BIG_DATABASE: Final = "topicstore_1m"

@@ -29,7 +29,7 @@ from typing import Final, TypeAlias
 from bench.report import Column, Table
 from bench.subjects import BASELINE, BenchError, Subject, build
 from bench.threads import run_together
-from bench.workloads import concurrency_key
+from harness.workloads import concurrency_key
 
 log = logging.getLogger(__name__)
 

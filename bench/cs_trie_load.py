@@ -22,7 +22,7 @@ from typing import Final
 from bench.report import Cell, Column, Table
 from bench.subjects import BASELINE, Subject, make_subject
 from bench.timing import gc_on_isolated, timed
-from bench.workloads import distinct_first_word_patterns
+from harness.workloads import distinct_first_word_patterns
 from matcher import Matcher
 from matcher.cs_trie import CsTrieMatcher
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.report import Column, Table
-from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_database
-from bench.server import service_environment, topicstore_command
-from bench.workloads import market_subscriptions
+from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_database
+from harness.server import service_environment, topicstore_command
+from harness.workloads import market_subscriptions
 
 #: The command's own default: items per transaction.
 BATCH = 1_000

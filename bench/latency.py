@@ -29,7 +29,7 @@ from bench.percentiles import percentile
 from bench.report import Cell, Column, Table
 from bench.subjects import BASELINE, Subject
 from bench.threads import run_together
-from bench.workloads import concurrency_key
+from harness.workloads import concurrency_key
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
 """The "Fast Topic Matching" memory table: bytes per subscription at 1,000, 100,000 and 1,000,000
 subscriptions.
 
-Subscriptions are that benchmark's random 5-word patterns (``workloads.random_subscriptions``)
-scaled up. A 5-word digit space holds 100,000 literal patterns (plus the ``*`` variants), so
-up to 100,000 the patterns are mostly distinct; at 1,000,000 several ids share each pattern,
+Subscriptions are that benchmark's random 5-word patterns
+(``harness.workloads.random_subscriptions``) scaled up. A 5-word digit space holds 100,000
+literal patterns (plus the ``*`` variants), so up to 100,000 the patterns are mostly
+distinct; at 1,000,000 several ids share each pattern,
 which is realistic too (many consumers, one binding key).
 
 Two measures, because neither alone is right:
@@ -39,7 +40,7 @@ from typing import Final
 from bench.report import Cell, Column, Table
 from bench.subjects import BASELINE, BenchError, make_subject
 from bench.timing import gc_paused
-from bench.workloads import DEFAULT_SEED, random_subscriptions
+from harness.workloads import DEFAULT_SEED, random_subscriptions
 
 log = logging.getLogger(__name__)
 

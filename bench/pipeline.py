@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from bench.report import Column, Table
-from bench.workloads import DEFAULT_SEED, Workload, seed_workload
+from harness.workloads import DEFAULT_SEED, Workload, seed_workload
 from pipeline.codes import DEFAULT_ENGINE
 from pipeline.job import RouteJob, RunSummary, run
 from pipeline.session import jvm_started, spark_session

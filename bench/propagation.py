@@ -7,7 +7,7 @@ import time
 
 from bench.percentiles import percentile
 from bench.report import Column, Table
-from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
+from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
 from loader import Loader
 from store import Database, NewSubscription, SubscriptionRepository, validate
 

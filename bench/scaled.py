@@ -16,7 +16,7 @@ from bench.passes import budgeted_pass, interleaved_passes
 from bench.report import Column, Table
 from bench.subjects import BASELINE, Subject, check_agreement, make_subject
 from bench.timing import timed
-from bench.workloads import Workload
+from harness.workloads import Workload
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from bench.workloads import DEFAULT_SEED
+from harness.workloads import DEFAULT_SEED
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ import orjson
 from bench.big_store import big_duckdb, big_postgres
 from bench.percentiles import percentile
 from bench.report import Column, Table
-from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable
-from bench.server import free_port, service_environment, topicstore_command
-from bench.workloads import market_workload
+from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable
+from harness.server import free_port, service_environment, topicstore_command
+from harness.workloads import market_workload
 
 READY_TIMEOUT_S: Final = 600.0
 #: Idle seconds after ready before the steady figure is read (settling, the first poll).

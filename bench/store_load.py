@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 
 from bench.report import Column, Table
-from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
-from bench.workloads import market_subscriptions
+from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
+from harness.workloads import market_subscriptions
 from loader import DEFAULT_ENGINES, Loader
 from store import NewSubscription, SubscriptionRepository, validate
 

@@ -30,7 +30,7 @@ from bench.startup import run_startup
 from bench.store_load import run_store_load
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.throughput import run_throughput
-from bench.workloads import (
+from harness.workloads import (
     adversarial_workload,
     random_subscriptions,
     scaled_workload,

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from bench.passes import interleaved_passes
 from bench.report import Column, Table
 from bench.subjects import BASELINE, CACHE_SIZE, CACHE_SUFFIX, Subject, build, check_agreement
-from bench.workloads import Workload
+from harness.workloads import Workload
 
 #: Messages whose results are compared with the baseline once timing is done.
 CHECKED_MESSAGES = 200

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from bench.report import Column, Table, format_table
-from bench.workloads import SCALED_PATTERNS, scaled_workload
+from harness.workloads import SCALED_PATTERNS, scaled_workload
 
 SOURCE: Final = Path(__file__).with_name("walk_layouts.cpp")
 #: The largest array of the pointer chase, KiB.

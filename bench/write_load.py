@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 from bench.big_store import big_duckdb, big_postgres
 from bench.percentiles import percentile
 from bench.report import Column, Table, format_table
-from bench.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable
-from bench.server import Server, running_server
+from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable
+from harness.server import Server, running_server
 
 #: Concurrent writing clients and the seconds they write, as the write-path target states.
 CLIENTS: Final = 8

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -68,13 +70,22 @@ def route(
             "(default: the embedded DuckDB file).",
         ),
     ] = None,
+    class_archive: Annotated[
+        str,
+        typer.Option(
+            "--class-archive",
+            help="Where a local JVM keeps Spark's class-data archive: off, or a directory "
+            "(default: TOPICSTORE_SPARK_CLASS_ARCHIVE, else $XDG_CACHE_HOME/topicstore, "
+            "else ~/.cache/topicstore).",
+        ),
+    ] = "",
 ) -> None:
     """Route every message to the subscriptions whose pattern matches it (Spark)."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import SparkSession  # Spark loads only for this command
 
     from pipeline.job import RouteJob, run
-    from pipeline.session import class_archive_complete, default_class_archive, spark_session
+    from pipeline.session import class_archive_complete, spark_session
     from store import DEFAULT_DATABASE_URL, StoreError
 
     if engine not in ENGINES:
@@ -82,7 +93,7 @@ def route(
             f"unknown engine {engine!r}; known: {', '.join(ENGINES)}", param_hint="--engine"
         )
     ours = SparkSession.getActiveSession() is None  # a caller's session is left running
-    spark = spark_session(master, class_archive=default_class_archive())
+    spark = spark_session(master, class_archive=class_archive_file(class_archive, os.environ))
     try:
         summary = run(
             spark,
@@ -113,6 +124,20 @@ def route(
         f"{summary.subscriptions:,} subscriptions ({summary.subscriptions_rejected:,} rejected)"
     )
     typer.echo(f"summary: {out / 'summary.json'}")
+
+
+def class_archive_file(setting: str, environ: Mapping[str, str]) -> Path | None:
+    """The class-data archive ``route`` maps or records (``pipeline.session``): none for
+    ``off``; in the directory ``setting`` names, else in the user's cache
+    (``$XDG_CACHE_HOME/topicstore``, else ``~/.cache/topicstore``); keyed by the Java of
+    ``$JAVA_HOME``, else the one on the ``PATH``."""
+    from pipeline.session import class_archive_in  # Spark loads only for route
+
+    if setting.lower() == "off":
+        return None
+    cache = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    directory = Path(setting) if setting else Path(cache) / "topicstore"
+    return class_archive_in(directory, environ.get("JAVA_HOME"))
 
 
 def _cell(value: Any) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from matcher import DIALECTS
+
 # -- bounds ---------------------------------------------------------------------------------
 
 #: Messages per Arrow batch sent to a Python worker
@@ -44,7 +46,7 @@ MISSING_FIELD: Final = "missing_field"
 DUPLICATE_ID: Final = "duplicate_id"
 
 #: Message dialects; ``headers`` is a subscription kind, not a topic syntax.
-MESSAGE_DIALECTS: Final = ("amqp", "mqtt", "nats")
+MESSAGE_DIALECTS: Final = tuple(DIALECTS)
 DEFAULT_DIALECT: Final = "amqp"
 
 #: The engine every executor builds: the compiled trie walk (no warm-up, unlike ``dfa``,

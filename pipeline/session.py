@@ -7,14 +7,14 @@ installed in the same Python (``PYSPARK_PYTHON``) so that ``matcher`` imports th
 
 A local driver JVM can start from a class-data archive (``class_archive``; AppCDS, Java's
 own mechanism): Spark loads some 10,000 classes while it starts, and parsing and verifying
-them was most of a cold start: mapping the archive about halves the time to a session and
-to its first query (figures in docs/pipeline.md). ``topicstore route`` keeps one in the user's cache
-(``default_class_archive``): the first run that succeeds records it as its JVM exits (that
-run takes 15-25 s longer, once; the archive takes ~170 MB), later runs map it. A run that
-fails keeps nothing (``class_archive_complete`` is the caller's word that the JVM loaded
-what a whole job loads). It is keyed by the PySpark install and the Java binary, written
-aside and renamed when complete, and the JVM itself checks it against its classpath (a
-mismatched archive is ignored, not trusted).
+them is most of a cold start; mapping them from the archive roughly halves the start and the
+first query. ``topicstore route`` keeps one in a directory it is given (``class_archive_in``
+names the file): the first run that succeeds records it as its JVM exits (that run takes
+longer, once; the archive takes ~170 MB), later runs map it. A run that fails keeps nothing
+(``class_archive_complete`` is the caller's word that the JVM loaded what a whole job loads).
+It is keyed by the PySpark install and the Java binary, written aside and renamed when
+complete, and the JVM itself checks it against its classpath (a mismatched archive is
+ignored, not trusted).
 
 Spark is kept quiet: its log4j logs errors only, py4j's Python logger warnings only, and the
 line the JVM prints at every start (``WARNING: Using incubator modules``: Spark 4's launcher
@@ -51,14 +51,10 @@ DEFAULT_MASTER: Final = "local[*]"
 #: serves the Parquet files): the driver holds the broadcast plan and cached routed rows.
 DRIVER_MEMORY: Final = "2g"
 #: Locally the driver JVM also runs the tasks. The parallel collector, not G1 (the
-#: default): the job is a batch that wants throughput, not short pauses. A cold one-shot
-#: route of 10M messages x 10k subscriptions on 2 cores: 39.7-40.6 s wall against
-#: 45.6-47.9 s with G1, which also warned "Retried waiting for GCLocker too often" on
-#: Arrow's 16 MB buffers.
+#: default): the job is a batch that wants throughput, not short pauses (G1 made a cold
+#: one-shot route slower, and warned "Retried waiting for GCLocker too often" on Arrow's
+#: 16 MB buffers).
 LOCAL_JVM_OPTIONS: Final = ("-XX:+UseParallelGC",)
-#: ``TOPICSTORE_SPARK_CLASS_ARCHIVE``: ``off``, or the directory for the class-data archive
-#: (default: ``$XDG_CACHE_HOME/topicstore``, else ``~/.cache/topicstore``).
-CLASS_ARCHIVE_ENV: Final = "TOPICSTORE_SPARK_CLASS_ARCHIVE"
 #: How long an exiting JVM may take to write the archive before it is given up.
 ARCHIVE_EXIT_TIMEOUT_S: Final = 120.0
 #: Few shuffle partitions: the job shuffles only small aggregates (counts), never messages.
@@ -121,17 +117,11 @@ def _pass_stderr(stream: IO[bytes]) -> None:
     threading.Thread(target=pump, name="spark-jvm-stderr", daemon=True).start()
 
 
-def default_class_archive() -> Path | None:
-    """Where ``topicstore route`` keeps the local JVM's class-data archive (see the module
-    docstring), or None when ``TOPICSTORE_SPARK_CLASS_ARCHIVE=off``. The name holds a key of
-    the PySpark install, the Java binary and the JVM options, so an upgrade of either
-    starts a new archive instead of offering the JVM a stale one."""
-    setting = os.environ.get(CLASS_ARCHIVE_ENV, "")
-    if setting.lower() == "off":
-        return None
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    directory = Path(setting) if setting else Path(cache) / "topicstore"
-    java_home = os.environ.get("JAVA_HOME")
+def class_archive_in(directory: Path, java_home: str | None = None) -> Path:
+    """The class-data archive's file in ``directory`` (see the module docstring). Its name
+    holds a key of the PySpark install, the Java binary (``java_home``'s, else the one on
+    the ``PATH``) and the JVM options, so an upgrade of either starts a new archive instead
+    of offering the JVM a stale one."""
     java = shutil.which("java", path=f"{java_home}/bin" if java_home else None) or "java"
     java = os.path.realpath(java)
     stamp = os.stat(java).st_mtime_ns if os.path.exists(java) else 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 from hypothesis import settings
@@ -21,6 +21,9 @@ from xdist.scheduler import LoadScopeScheduling
 from migrations.runner import upgrade
 from store import Database
 from tests.services import fresh_postgres_database, reset_postgres
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # No per-example deadline: speed is measured by bench/, not timed in tests, and on a loaded
 # 2-core CI machine a first example took 4.9 s (hypothesis' default deadline is 200 ms).
@@ -37,6 +40,7 @@ settings.load_profile("topicstore")
 #:   that the module fixtures routing the corpus through it run once, not once per worker.
 XDIST_GROUPS: Final = {
     "tests/pipeline/": "spark",
+    "tests/bench/test_bench_pipeline.py": "spark",
     "tests/matcher/test_broker_dialects.py": "brokers",
     "tests/matcher/test_broker_groups.py": "brokers",
     "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",
@@ -92,3 +96,14 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
         upgrade(db.url)
     yield db
     db.dispose()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] Spark session for the whole run (it takes seconds to start); Spark
+    loads only in a session that asks for it."""
+    from pipeline.session import spark_session
+
+    session = spark_session("local[2]", app_name="topicstore-tests", shuffle_partitions=2)
+    yield session
+    session.stop()

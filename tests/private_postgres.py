@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.server import free_port
+from harness.server import free_port
 from tests.services import require
 
 

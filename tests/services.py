@@ -12,7 +12,7 @@ from typing import Final
 import pytest
 import sqlalchemy as sa
 
-from bench.scratch_db import postgres_reachable, scratch_database
+from harness.scratch_db import postgres_reachable, scratch_database
 from store import Database
 
 POSTGRES_HOST = os.environ.get("TOPICSTORE_TEST_PG_HOST", "127.0.0.1")

@@ -1,8 +1,10 @@
 """The packages import one way: matcher <- store <- loader <- app; migrations use store;
-pipeline uses matcher and store; nothing imports bench (but the CLI's bench command, when
-it runs). Every import counts, the ones inside functions too: a lazy import hides a cycle,
-it does not remove it. And the command line stays light: ``--help`` and ``sub ls`` load
-neither Spark, matplotlib nor FastAPI."""
+pipeline uses matcher and store; harness (what tests and bench share) may use them all but
+pipeline; nothing imports bench (but the CLI's bench command, when it runs, and the bench
+suite's own tests), and no package imports the tests. Within a package, no module-level
+circle. Every import counts, the ones inside functions too: a lazy import hides a cycle, it
+does not remove it. And the command line stays light: ``--help`` and ``sub ls`` load neither
+Spark, matplotlib nor FastAPI."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("matcher", "store", "migrations", "loader", "app", "pipeline", "bench")
+PACKAGES = ("matcher", "store", "migrations", "loader", "app", "pipeline", "bench", "harness")
 #: What each package may import of ours (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "matcher": set(),
@@ -25,21 +28,44 @@ ALLOWED: dict[str, set[str]] = {
     "loader": {"store", "matcher"},
     "pipeline": {"store", "matcher"},
     "app": {"loader", "store", "matcher", "migrations", "pipeline"},
-    "bench": {"app", "loader", "store", "matcher", "migrations", "pipeline"},
+    "harness": {"app", "loader", "store", "matcher", "migrations"},
+    "bench": {"harness", "app", "loader", "store", "matcher", "migrations", "pipeline"},
 }
 #: The one module outside bench that may import it: the CLI's ``bench`` command, lazily.
-BENCH_IMPORTERS = {"app/cli.py"}
+BENCH_IMPORTERS = {"app/cli/__init__.py"}
+#: The tests of the bench suite itself: the only tests that may import bench.
+BENCH_TESTS = "tests/bench/"
 
 
 def _imports(path: Path) -> set[str]:
+    """The top-level names of what ``path`` imports (absolute imports, lazy ones too)."""
+    return {target[0].split(".")[0] for target in _import_targets(path)}
+
+
+def _import_targets(path: Path) -> set[tuple[str, ...]]:
+    """What each import of ``path`` names, lazy imports too, as dotted names to try in
+    turn: ``import a.b`` is ``("a.b",)``, ``from a import b`` is ``("a.b", "a")`` (``b`` a
+    module, or a name in ``a``); relative imports are resolved against the module's own
+    package."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: set[str] = set()
+    found: set[tuple[str, ...]] = set()
+    package = _module_name(path.parent / "__init__.py", path.parent.parent)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            found.update((alias.name,) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            found.update((f"{base}.{alias.name}", base) for alias in node.names)
     return found
+
+
+def _module_name(path: Path, root: Path) -> str:
+    """``app/cli/direct.py`` -> ``app.cli.direct``; a package's ``__init__`` is the package."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def test_packages_import_one_way() -> None:
@@ -47,7 +73,7 @@ def test_packages_import_one_way() -> None:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            ours = _imports(path) & set(PACKAGES)
+            ours = _imports(path) & {*PACKAGES, "tests"}
             allowed = ALLOWED[package] | {package}
             if relative in BENCH_IMPORTERS:
                 allowed = allowed | {"bench"}
@@ -55,10 +81,110 @@ def test_packages_import_one_way() -> None:
     assert wrong == []
 
 
+def test_only_the_bench_tests_import_bench() -> None:
+    """The tests drive the service through ``harness``; bench is tested by its own tests."""
+    wrong = [
+        path.relative_to(ROOT).as_posix()
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if "bench" in _imports(path)
+        and not path.relative_to(ROOT).as_posix().startswith(BENCH_TESTS)
+    ]
+    assert wrong == []
+
+
 def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from store.db import Database\n    import bench.suite\n")
     assert _imports(module) == {"store", "bench"}
+
+
+def _package_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports. ``from a import b`` is an edge
+    to ``a.b`` when that is a module, else to ``a``; importing a submodule is no edge to
+    its parent package (Python runs the parent's ``__init__`` first, and an ``__init__``
+    importing its own modules is how a package shows them). Compiled modules (``.pyx``)
+    are leaves."""
+    modules = {_module_name(path, root): path for path in sorted((root / package).rglob("*.py"))}
+    leaves = {_module_name(path, root) for path in (root / package).rglob("*.pyx")}
+    known = modules.keys() | leaves
+
+    def resolve(names: tuple[str, ...]) -> str | None:
+        """The first of ``names`` that is a module of the package, else the package module
+        that holds the last (``a.b.c`` -> ``a.b``)."""
+        name = next((n for n in names if n in known), names[-1])
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in modules.items():
+        targets = (resolve(target) for target in _import_targets(path))
+        graph[name] = {t for t in targets if t is not None and t != name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan's, with an
+    explicit stack: a deep package must not hit the recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterable[str]]] = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, rest = work[-1]
+            for nxt in rest:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_circle_inside_a_package(package: str) -> None:
+    assert _circles(_package_graph(ROOT, package)) == []
+
+
+def test_the_checker_sees_a_circle_hidden_by_a_lazy_import(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from pkg.front import run\n")
+    (package / "front.py").write_text("from pkg.sub import back\n\ndef run(): ...\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "back.py").write_text("def f():\n    from pkg import front\n")
+    (package / "lone.py").write_text("from . import front\nfrom .sub import back\n")
+    graph = _package_graph(tmp_path, "pkg")
+    assert graph["pkg.lone"] == {"pkg.front", "pkg.sub.back"}
+    assert _circles(graph) == [["pkg.front", "pkg.sub.back"]]
+    (package / "sub" / "back.py").write_text("X = 1\n")
+    assert _circles(_package_graph(tmp_path, "pkg")) == []
 
 
 HEAVY = ("pyspark", "matplotlib", "fastapi")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
@@ -24,10 +24,11 @@ from app.schemas import (
     Dialect,
     Page,
     RedundantOut,
+    StoredDialect,
     SubscriptionIn,
     SubscriptionOut,
 )
-from app.table_reads import redundant_patterns, related_page, relation_of
+from app.table_reads import redundant_patterns, subscription_page
 
 router = APIRouter(
     prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 429, 503)
@@ -99,19 +100,13 @@ def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) 
     return services.admin.get(sub_id, caller)
 
 
-def _label(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` (the query's ``pattern`` guarantees the ``=`` and a key)."""
-    key, _, value = text.partition("=")
-    return key, value
-
-
 @router.get("/subscriptions", response_model=Page, responses=documented(403))
 def list_subscriptions(
     caller: AdminCaller,
     services: ServicesDep,
     subscriber: Annotated[str | None, Query(max_length=255)] = None,
     pattern_prefix: Annotated[str | None, Query(max_length=255)] = None,
-    dialect: Annotated[Literal["amqp", "mqtt", "nats", "headers"] | None, Query()] = None,
+    dialect: Annotated[StoredDialect | None, Query()] = None,
     tenant: Annotated[str | None, Query(max_length=255)] = None,
     after: Annotated[int | None, Query(ge=0, lt=2**32, description="Last id seen.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -155,35 +150,20 @@ def list_subscriptions(
     With ``overlaps`` or ``covered_by`` the ids come from the routing table's pruned search,
     decided exactly; the other filters then apply within each page, which may so hold fewer
     than ``limit`` items: continue while ``next_after`` is not null."""
-    label_pair = None if label is None else _label(label)
-    search = relation_of(overlaps, covered_by)
-    if search is not None:
-        relation, pattern = search
-        return related_page(
-            services.table(),
-            services.admin,
-            caller,
-            relation=relation,
-            pattern=pattern,
-            dialect=dialect,
-            tenant=tenant,
-            subscriber=subscriber,
-            pattern_prefix=pattern_prefix,
-            group=group,
-            label=label_pair,
-            after=after,
-            limit=limit,
-        )
-    return services.admin.page(
+    return subscription_page(
+        services.table,
+        services.admin,
         caller,
+        overlaps=overlaps,
+        covered_by=covered_by,
+        label=label,
         tenant=tenant,
         subscriber=subscriber,
         pattern_prefix=pattern_prefix,
         dialect=dialect,
+        group=group,
         after=after,
         limit=limit,
-        group=group,
-        label=label_pair,
     )
 
 

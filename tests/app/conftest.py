@@ -1,5 +1,5 @@
 """Fixtures for the API tests: the app on both backends through ``TestClient``, and a real
-``topicstore serve`` (uvicorn) in a subprocess (``bench.server``)."""
+``topicstore serve`` (uvicorn) in a subprocess (``harness.server``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from bench.server import Server, start_server
+from harness.server import Server, start_server
 from tests.services import reset_postgres
 
 ADMIN = "admin-token-for-the-tests-0123"

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from app.cli import app as cli
-from app.cli_http import MAX_RATE_LIMITED, MAX_WAIT_S, HttpAdmin
+from app.cli.http import MAX_RATE_LIMITED, MAX_WAIT_S, HttpAdmin
 from app.main import create_app
 from app.refusals import RemoteError
 from app.settings import get_settings

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.server import Server, service_environment, start_server, topicstore_command
+from harness.server import Server, service_environment, start_server, topicstore_command
 from matcher import create_matcher
 from migrations.runner import upgrade
 from store import Database, DatabaseLockedError, NewSubscription, SubscriptionRepository

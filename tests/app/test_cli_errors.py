@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench.server import Server, running_server, service_environment, topicstore_command
+from harness.server import Server, running_server, service_environment, topicstore_command
 from tests.app.conftest import ADMIN
 
 TIMEOUT_S = 300

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from app.imports import read_items
 from app.main import create_app
-from bench.server import Server, start_server
+from harness.server import Server, start_server
 from tests.app.conftest import (
     A_HEADERS,
     ADMIN,

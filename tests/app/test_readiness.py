@@ -16,8 +16,8 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from bench.scratch_db import libpq_dsn, scratch_database
-from bench.server import Server, running_server
+from harness.scratch_db import libpq_dsn, scratch_database
+from harness.server import Server, running_server
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository
 from tests.app.conftest import A_HEADERS, ADMIN_HEADERS

@@ -13,7 +13,7 @@ from functools import partial
 
 import httpx
 
-from bench.server import Server
+from harness.server import Server
 from store import Database, SubscriptionRepository
 from tests.app.conftest import ADMIN_HEADERS, ServerFactory, kill_mid_writes
 from tests.app.test_api_server import settings_for

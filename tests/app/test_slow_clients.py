@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from app.serving import FD_RESERVE, connection_cap
-from bench.server import Server, start_server
-from bench.slow_clients import Held, hang_many, probe_while
+from harness.server import Server, start_server
+from harness.slow_clients import Held, hang_many, probe_while
 from tests.app.conftest import ADMIN, ADMIN_HEADERS
 
 TIMEOUT_S = 2.0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.server import running_server, service_environment, topicstore_command
+from harness.server import running_server, service_environment, topicstore_command
 from tests.app.conftest import ADMIN, ADMIN_HEADERS, TENANTS
 from tests.services import reset_postgres
 

@@ -18,7 +18,7 @@ from bench.api_load import (
     run_api_load,
 )
 from bench.loadgen import wrk_path
-from bench.workloads import market_workload, topic_for
+from harness.workloads import market_workload, topic_for
 from matcher import create_matcher
 from tests.services import require
 

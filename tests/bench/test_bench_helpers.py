@@ -15,7 +15,7 @@ from bench.concurrency import MATCH, MIXES, SUBSCRIBE, UNSUBSCRIBE, is_write, th
 from bench.passes import budgeted_pass
 from bench.percentiles import percentile
 from bench.timing import BudgetExceededError, cpu_budget, cpu_budget_available
-from bench.workloads import concurrency_key
+from harness.workloads import concurrency_key
 
 
 @pytest.mark.parametrize(("mix", "writes_per_10"), MIXES.items())

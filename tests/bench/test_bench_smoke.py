@@ -24,7 +24,7 @@ from bench.sizes import QUICK
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.suite import run
 from bench.tables import TABLES
-from bench.workloads import (
+from harness.workloads import (
     adversarial_workload,
     concurrency_key,
     distinct_first_word_patterns,

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from bench.scratch_db import libpq_dsn
+from harness.scratch_db import libpq_dsn
 from loader import Loader
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository, validate

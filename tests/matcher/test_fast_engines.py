@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bench.workloads import adversarial_workload
+from harness.workloads import adversarial_workload
 from matcher import (
     CapacityError,
     InvalidPatternError,

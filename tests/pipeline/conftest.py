@@ -1,30 +1,20 @@
-"""One local[2] Spark session for the whole run (it takes seconds to start), and generators
-of small routing inputs whose expected results come from the naive matcher."""
+"""Generators of small routing inputs whose expected results come from the naive matcher
+(the Spark session is the ``spark`` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pytest
-from pyspark.sql import SparkSession
 
-from bench.workloads import dense_pattern, dense_topic
+from harness.workloads import dense_pattern, dense_topic
 from matcher import Matcher, MatcherError, create_matcher
-from pipeline.session import spark_session
 
 # assertDataFrameEqual imports pandas-on-Spark, which warns unless this is set first.
 os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]", app_name="topicstore-tests", shuffle_partitions=2)
-    yield session
-    session.stop()
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.server import service_environment
-from pipeline.session import CLASS_ARCHIVE_ENV, default_class_archive
+from harness.server import service_environment, topicstore_command
+from pipeline.cli import class_archive_file
 
 #: A process that starts a local JVM with the archive, runs a query, reports the JVM's
 #: options, and says the run was complete when asked to.
@@ -47,18 +47,38 @@ def _run(archive: Path, complete: bool) -> list[str]:
     return result.stdout.splitlines()
 
 
-def test_the_archive_is_kept_per_user_and_keyed_by_the_install(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv(CLASS_ARCHIVE_ENV, "off")
-    assert default_class_archive() is None
-    monkeypatch.setenv(CLASS_ARCHIVE_ENV, str(tmp_path))
-    archive = default_class_archive()
+def test_the_archive_is_kept_per_user_and_keyed_by_the_install(tmp_path: Path) -> None:
+    assert class_archive_file("off", {}) is None
+    archive = class_archive_file(str(tmp_path), {})
     assert archive is not None and archive.parent == tmp_path
     assert archive.name.startswith("spark-") and archive.suffix == ".jsa"
-    monkeypatch.delenv(CLASS_ARCHIVE_ENV)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert default_class_archive() == tmp_path / "cache" / "topicstore" / archive.name
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert class_archive_file("", cache) == tmp_path / "cache" / "topicstore" / archive.name
+    assert class_archive_file("", {}) == Path.home() / ".cache" / "topicstore" / archive.name
+    java_home = {"JAVA_HOME": str(tmp_path / "no-java-here")}
+    other = class_archive_file(str(tmp_path), java_home)
+    assert other is not None and other != archive  # another Java, another archive
+
+
+def test_route_takes_its_archive_directory_from_the_settings(tmp_path: Path) -> None:
+    """``topicstore route`` reads TOPICSTORE_SPARK_CLASS_ARCHIVE through the one Settings (a
+    ``.env`` file too): its JVM records into that directory (made for it), and a run that
+    fails keeps nothing there."""
+    directory = tmp_path / "archives"
+    (tmp_path / ".env").write_text(f"TOPICSTORE_SPARK_CLASS_ARCHIVE={directory}\n")
+    args = ["route", "--messages", "messages.jsonl", "--out", "routed"]  # no store: no_schema
+    result = subprocess.run(
+        [*topicstore_command(), *args],
+        env=service_environment({}),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "error: no_schema:" in result.stderr
+    assert directory.is_dir()
+    assert list(directory.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pyspark
 import pytest
 
-from bench.server import free_port, service_environment, topicstore_command
+from harness.server import free_port, service_environment, topicstore_command
 from tests.pipeline.conftest import generate, naive_deliveries
 
 START_TIMEOUT_S: Final = 120.0

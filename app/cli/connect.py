@@ -1,36 +1,15 @@
-"""How the command line reaches the store: directly (``cli_direct``) when nothing else holds
-it, or through the running service's API (``cli_http``). DuckDB lets one process own its
-file, so while the server runs the CLI must go through it. Both answer with the API's JSON
-shapes, so a command prints the same fields either way."""
+"""How the command line reaches the store: directly (``app.cli.direct``) when nothing else
+holds it, or through the running service's API (``app.cli.http``). DuckDB lets one process
+own its file, so while the server runs the CLI must go through it."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Protocol
 
+from app.cli.protocol import Admin
 from app.settings import Settings
-
-Item = dict[str, Any]
-
-
-class Admin(Protocol):
-    """What the CLI does, whichever way it reaches the store."""
-
-    def add_many(self, items: Sequence[Item]) -> list[Item]: ...
-    def remove(self, sub_id: int) -> bool: ...
-    def page(self, **filters: Any) -> list[Item]: ...
-    def match(
-        self, topic: str, dialect: str, tenant: str | None, key: str | None = None
-    ) -> Item: ...
-    def explain(
-        self, topic: str, dialect: str, tenant: str | None, subscribers: Sequence[str]
-    ) -> Item: ...
-    def redundant(self, subscriber: str, dialect: str, tenant: str | None) -> Item: ...
-    def export(self, path: Path, tenant: str | None) -> int: ...
-    def audit(self, **filters: Any) -> list[Item]: ...
 
 
 def announce_new_store(url: str) -> None:
@@ -59,7 +38,7 @@ def connect(settings: Settings, api_url: str | None = None, *, create: bool) -> 
         except DatabaseLockedError:
             api_url = f"http://{settings.host}:{settings.port}"
         else:
-            from app.cli_direct import DirectAdmin
+            from app.cli.direct import DirectAdmin
             from migrations.runner import upgrade
             from store.models import Base
 
@@ -75,7 +54,7 @@ def connect(settings: Settings, api_url: str | None = None, *, create: bool) -> 
                 db.dispose()
             return
     from app.auth import dev_token
-    from app.cli_http import HttpAdmin
+    from app.cli.http import HttpAdmin
 
     with HttpAdmin(api_url, settings.admin_token or dev_token(settings)) as admin:
         yield admin

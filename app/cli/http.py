@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.cli_backend import Item
+from app.cli.protocol import Item
 from app.refusals import RemoteError
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.auth import OPERATOR, Caller, Origin
-from app.cli_backend import Item
+from app.cli.protocol import Item
 from app.operations import AdminOperations
 from app.refusals import NotFoundError
 from app.settings import Settings
@@ -44,24 +44,9 @@ class DirectAdmin:
         return True
 
     def page(self, **filters: Any) -> list[Item]:
-        from app.table_reads import related_page, relation_of
+        from app.table_reads import subscription_page
 
-        if isinstance(filters.get("label"), str):  # KEY=VALUE, as the API takes it
-            key, _, value = filters["label"].partition("=")
-            filters["label"] = (key, value)
-        search = relation_of(filters.pop("overlaps", None), filters.pop("covered_by", None))
-        if search is not None:
-            relation, pattern = search
-            page = related_page(
-                self._table(),
-                self.operations,
-                self.caller,
-                relation=relation,
-                pattern=pattern,
-                **filters,
-            )
-        else:
-            page = self.operations.page(self.caller, **filters)
+        page = subscription_page(self._table, self.operations, self.caller, **filters)
         return [row.model_dump(mode="json") for row in page.items]
 
     def _table(self) -> RoutingTable:

@@ -18,7 +18,7 @@ from bench.pipeline import (
     naive_deliveries,
     run_pipeline_bench,
 )
-from bench.workloads import dense_pattern, dense_topic
+from harness.workloads import dense_pattern, dense_topic
 from matcher import create_matcher
 
 

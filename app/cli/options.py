@@ -1,0 +1,79 @@
+"""What several commands share: the ``--api`` and ``--json`` options, the way to the store
+(``store_admin``), the ``--dialect`` check, and printing (a table, JSON or text for people).
+
+Only typer and the matcher's grammar load here: a command imports the store, httpx or
+FastAPI when it runs, so ``topicstore --help`` stays quick."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import typer
+
+from app.cli.errors import UsageError
+from matcher.grammar import DIALECTS
+
+if TYPE_CHECKING:
+    from app.cli.protocol import Admin
+
+ApiOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api",
+        help="Service URL. Default: the store itself, or the local service if it holds it.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+#: What ``--dialect`` may name where a topic is matched: the matcher's topic dialects.
+TOPIC_DIALECTS: Final = tuple(DIALECTS)
+#: ``amqp, mqtt or nats``: the topic dialects for a help text.
+TOPIC_DIALECTS_TEXT: Final = f"{', '.join(TOPIC_DIALECTS[:-1])} or {TOPIC_DIALECTS[-1]}"
+
+
+@contextmanager
+def store_admin(api: str | None, *, create: bool = False) -> Iterator[Admin]:
+    """The store or the running service (see ``app.cli.connect``). ``create``: a command
+    that writes may create and migrate a store that is not there yet; one that only reads
+    refuses it (``no_schema``)."""
+    from app.cli.connect import connect
+    from app.settings import get_settings
+
+    with connect(get_settings(), api, create=create) as admin:
+        yield admin
+
+
+def check_dialect(value: str | None, known: Sequence[str] = TOPIC_DIALECTS) -> None:
+    """Refuse an unknown ``--dialect`` (it once listed nothing and exited 0)."""
+    if value is not None and value not in known:
+        raise UsageError("invalid_dialect", f"unknown dialect {value!r}; known: {', '.join(known)}")
+
+
+def emit(data: object, as_json: bool, human: str) -> None:
+    """``data`` as one line of JSON with ``--json``, else the text for people."""
+    if as_json:
+        typer.echo(json.dumps(data, ensure_ascii=False))
+    else:
+        typer.echo(human)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows in columns as wide as their widest cell, under a header."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    )
+
+
+def labels_text(labels: dict[str, Any] | None) -> str:
+    """Labels as ``key=value,...`` (a value that is not a string as JSON); ``-`` for none."""
+    if not labels:
+        return "-"
+    return ",".join(
+        f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        for key, value in labels.items()
+    )
