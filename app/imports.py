@@ -5,13 +5,20 @@ Unreadable lines become problems with their line number; nothing is silently dro
 from __future__ import annotations
 
 import csv
+import io
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 Item = dict[str, Any]
 Problem = dict[str, object]
+#: One record as read: its line, and its item or the problem that kept it from being one.
+Record = tuple[int, Item | None, Problem | None]
+#: Files read as JSON lines (any other is CSV).
+JSON_SUFFIXES: Final = frozenset((".jsonl", ".ndjson", ".json"))
+_NOT_AN_OBJECT: Final = "each line must be a JSON object"
 
 #: A CSV record's columns, in order; the first two are required, an empty one is left out
 #: (the API's default applies). The console's reader (``console.js``) names the same.
@@ -19,46 +26,79 @@ CSV_FIELDS: Final = ("subscriber", "pattern", "dialect", "tenant", "group", "gro
 _LAYOUT: Final = "expected subscriber,pattern[,dialect,tenant,group,group_policy]"
 
 
-def read_items(path: Path) -> tuple[list[tuple[int, Item]], list[Problem]]:
-    """(line number, item) for every readable record, and a problem for every other one.
+#: Records per batch ``read_batches`` yields by default (the API's default batch limit).
+BATCH: Final = 10_000
+
+
+@dataclass(slots=True)
+class Batch:
+    """Up to a batch of records as read: (line number, item) for the readable ones, a
+    problem for each unreadable one, and how far into the file (bytes) the reader is."""
+
+    items: list[tuple[int, Item]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    position: int = 0
+
+
+def read_batches(path: Path, size: int = BATCH) -> Iterator[Batch]:
+    """The file's records in batches of ``size`` readable items, read as it goes (a file
+    of any length takes the memory of one batch).
 
     A record's number is the physical line it starts on (a quoted CSV field may span
-    lines; a JSON line ends at "\n" only, so a raw U+2028 in a string does not split it).
-    A leading byte-order mark is skipped; bytes that are not UTF-8 are kept (escaped) so the
-    validation reports them as ``invalid_utf8`` on their line instead of failing the file.
-    """
-    # newline="": the csv module handles line ends itself, inside quoted fields too.
-    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as file:
-        if path.suffix.lower() in {".jsonl", ".ndjson", ".json"}:
-            return _json_lines(file.read())
-        return _csv(file)
+    lines; a JSON line ends at "\n" only, so a raw U+2028 or "\r" in it does not split
+    it). A leading byte-order mark is skipped; bytes that are not UTF-8 are kept (escaped)
+    so the validation reports them as ``invalid_utf8`` on their line instead of failing the
+    file."""
+    json_lines = path.suffix.lower() in JSON_SUFFIXES
+    with path.open("rb") as raw:
+        # CSV: newline="", the csv module handles line ends itself, inside quoted fields
+        # too. JSON lines: "\n" alone ends a line.
+        text = io.TextIOWrapper(
+            raw,
+            encoding="utf-8-sig",
+            errors="surrogateescape",
+            newline="\n" if json_lines else "",
+        )
+        batch = Batch()
+        for number, item, problem in _json_lines(text) if json_lines else _csv(text):
+            if problem is not None:
+                batch.problems.append(problem)
+                continue
+            assert item is not None
+            batch.items.append((number, item))
+            if len(batch.items) >= size:
+                batch.position = raw.tell()
+                yield batch
+                batch = Batch()
+        batch.position = raw.tell()
+        yield batch
 
 
-def _json_lines(text: str) -> tuple[list[tuple[int, Item]], list[Problem]]:
+def read_items(path: Path) -> tuple[list[tuple[int, Item]], list[Problem]]:
+    """Every record of the file at once (``read_batches``, joined)."""
     items: list[tuple[int, Item]] = []
     problems: list[Problem] = []
-    # Split on "\n" alone: str.splitlines() also breaks at U+2028, U+0085 and other
-    # characters that JSON strings may hold raw, which would misnumber every later line.
-    for number, line in enumerate(text.split("\n"), start=1):
+    for batch in read_batches(path):
+        items += batch.items
+        problems += batch.problems
+    return items, problems
+
+
+def _json_lines(lines: Iterable[str]) -> Iterator[Record]:
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             item = json.loads(line, parse_constant=_not_json)
         except ValueError as e:
             message = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
-            problems.append({"line": number, "code": "invalid_json", "message": message})
+            yield number, None, {"line": number, "code": "invalid_json", "message": message}
             continue
         if not isinstance(item, dict):
-            problems.append(
-                {
-                    "line": number,
-                    "code": "not_an_object",
-                    "message": "each line must be a JSON object",
-                }
-            )
+            problem = {"line": number, "code": "not_an_object", "message": _NOT_AN_OBJECT}
+            yield number, None, problem
             continue
-        items.append((number, item))
-    return items, problems
+        yield number, item, None
 
 
 def _not_json(constant: str) -> Any:
@@ -66,9 +106,7 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
-def _csv(file: Iterable[str]) -> tuple[list[tuple[int, Item]], list[Problem]]:
-    items: list[tuple[int, Item]] = []
-    problems: list[Problem] = []
+def _csv(file: Iterable[str]) -> Iterator[Record]:
     fields = CSV_FIELDS
     reader = csv.reader(file, strict=True)
     start = 1  # the physical line the next record starts on
@@ -80,10 +118,9 @@ def _csv(file: Iterable[str]) -> tuple[list[tuple[int, Item]], list[Problem]]:
             ):
                 continue
             if not 2 <= len(row) <= len(fields):
-                problems.append({"line": number, "code": "bad_columns", "message": _LAYOUT})
+                yield number, None, {"line": number, "code": "bad_columns", "message": _LAYOUT}
                 continue
             item: Item = dict(zip(fields, row, strict=False))
-            items.append((number, {k: v for k, v in item.items() if v != "" or k == "pattern"}))
+            yield number, {k: v for k, v in item.items() if v != "" or k == "pattern"}, None
     except csv.Error as e:  # e.g. a quote left open until the end of the file
-        problems.append({"line": start, "code": "invalid_csv", "message": str(e)})
-    return items, problems
+        yield start, None, {"line": start, "code": "invalid_csv", "message": str(e)}

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.cli.protocol import Item
+from app.cli.protocol import Added, Item
 from app.refusals import RemoteError
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,17 @@ class HttpAdmin:
             self._send("POST", "/v1/subscriptions/bulk", json={"items": list(items)})
         )["results"]
         return results
+
+    def import_many(self, items: Sequence[Item]) -> Added:
+        answer = self._json(
+            self._send("POST", "/v1/subscriptions/bulk", json={"items": list(items)})
+        )
+        errors = [
+            (r["index"], r["error"]["code"], r["error"]["message"])
+            for r in answer["results"]
+            if r["status"] == "error"
+        ]
+        return Added(answer["created"], answer["exists"], errors)
 
     def remove(self, sub_id: int) -> bool:
         response = self._send("DELETE", f"/v1/subscriptions/{sub_id}")

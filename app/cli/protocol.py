@@ -5,6 +5,7 @@ the API's JSON shapes, so a command prints the same fields either way."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -12,10 +13,21 @@ from typing import Any, Protocol
 Item = dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What a batch of an import did: how many items were created, how many were there
+    already, and each failed item's (index in the batch, code, message)."""
+
+    created: int
+    exists: int
+    errors: list[tuple[int, str, str]]
+
+
 class Admin(Protocol):
     """What the CLI does, whichever way it reaches the store."""
 
     def add_many(self, items: Sequence[Item]) -> list[Item]: ...
+    def import_many(self, items: Sequence[Item]) -> Added: ...
     def remove(self, sub_id: int) -> bool: ...
     def page(self, **filters: Any) -> list[Item]: ...
     def match(

@@ -176,32 +176,37 @@ def sub_redundant(
 @sub.command("import")
 def sub_import(
     path: Path,
-    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Items per request.")] = 1_000,
+    batch: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Items per transaction (or request).")
+    ] = 10_000,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Import a CSV (subscriber,pattern[,dialect,tenant,group,group_policy]) or JSON-lines
-    file; every bad line is reported with its line number, the good ones are stored."""
-    from app.imports import read_items
+    file; every bad line is reported with its line number, the good ones are stored. The
+    file is read as it is stored, a batch at a time: a file of any size takes the memory of
+    one batch."""
+    from app.imports import read_batches
 
-    items, problems = read_items(path)
-    report: list[dict[str, object]] = list(problems)
+    report: list[dict[str, object]] = []
     created = exists = 0
     with (
         store_admin(api, create=True) as admin,
-        typer.progressbar(length=len(items), label="importing", file=sys.stderr) as bar,
+        typer.progressbar(length=path.stat().st_size, label="importing", file=sys.stderr) as bar,
     ):
-        for start in range(0, len(items), batch):
-            chunk = items[start : start + batch]
-            for (line, _), result in zip(
-                chunk, admin.add_many([item for _, item in chunk]), strict=True
-            ):
-                if result["status"] == "error":
-                    report.append({"line": line, **result["error"]})
-                else:
-                    created += result["status"] == "created"
-                    exists += result["status"] == "exists"
-            bar.update(len(chunk))
+        done = 0
+        for chunk in read_batches(path, batch):
+            report += chunk.problems
+            if chunk.items:
+                added = admin.import_many([item for _, item in chunk.items])
+                created += added.created
+                exists += added.exists
+                report += [
+                    {"line": chunk.items[index][0], "code": code, "message": message}
+                    for index, code, message in added.errors
+                ]
+            bar.update(chunk.position - done)
+            done = chunk.position
     report.sort(key=lambda problem: int(str(problem["line"])))
     summary = {"created": created, "exists": exists, "failed": len(report), "errors": report}
     human = [f"created {created}, already there {exists}, failed {len(report)}"]
