@@ -63,15 +63,18 @@ def plain(item: JsonValue, caller: Caller, limits: Limits) -> NewSubscription | 
 @dataclass(slots=True)
 class BulkResult:
     """One result per item of a bulk create, as columns: its status, its id (created or
-    exists), its error (failed)."""
+    exists), its error (failed). A create that did not ask for each item's result (an
+    import) leaves the stored items' status None and keeps only their counts."""
 
-    statuses: list[Status]
+    statuses: list[Status | None]
     ids: list[int | None]
     errors: dict[int, ErrorBody] = field(default_factory=dict)
+    #: Created and already-present items counted without a status of their own.
+    counted: tuple[int, int] = (0, 0)
 
     @classmethod
     def of(cls, size: int) -> BulkResult:
-        return cls(["error"] * size, [None] * size)
+        return cls([None] * size, [None] * size)
 
     def fail(self, index: int, code: str, message: str) -> None:
         self.statuses[index] = "error"
@@ -83,13 +86,17 @@ class BulkResult:
         self.ids[index] = sub_id
         self.errors.pop(index, None)  # a group run again alone may set it anew
 
+    def count(self, created: int, exists: int) -> None:
+        """The stored items' outcome as counts (a group run again alone sets it anew)."""
+        self.counted = (created, exists)
+
     @property
     def created(self) -> int:
-        return self.statuses.count("created")
+        return self.statuses.count("created") + self.counted[0]
 
     @property
     def exists(self) -> int:
-        return self.statuses.count("exists")
+        return self.statuses.count("exists") + self.counted[1]
 
     @property
     def failed(self) -> int:
@@ -103,7 +110,7 @@ class BulkResult:
             failed=self.failed,
             results=[
                 BulkItem.model_construct(
-                    index=i, status=status, id=sub_id, error=self.errors.get(i)
+                    index=i, status=status or "error", id=sub_id, error=self.errors.get(i)
                 )
                 for i, (status, sub_id) in enumerate(zip(self.statuses, self.ids, strict=True))
             ],

@@ -114,13 +114,17 @@ class AdminOperations:
 
         return self.db.writes.run(check)
 
-    def create_many(self, items: Sequence[JsonValue], caller: Caller) -> BulkResult:
+    def create_many(
+        self, items: Sequence[JsonValue], caller: Caller, *, results: bool = True
+    ) -> BulkResult:
         """Create many in one transaction; every item gets its own result and the valid
         ones are stored even when others fail: an item that does not fit ``SubscriptionIn``
         is one more per-item error, like an invalid pattern. Only a batch over
         ``max_batch``, over a tenant's quota or that the engines might not hold (``room``)
         is refused whole (nothing is stored then). Plain items skip the schema object and
-        the full validation (``app.bulk.plain``: it accepts only what they would)."""
+        the full validation (``app.bulk.plain``: it accepts only what they would).
+        ``results=False``: only the counts and the failed items' errors (an import), so no
+        stored item is joined back to its row."""
         max_batch = self.settings.max_batch
         if len(items) > max_batch:
             raise BatchTooLargeError(f"a batch holds at most {max_batch} items")
@@ -137,7 +141,9 @@ class AdminOperations:
                     continue
             valid.append((index, new))
         if valid:
-            self.db.writes.run(lambda session: self._store_many(session, valid, caller, result))
+            self.db.writes.run(
+                lambda session: self._store_many(session, valid, caller, result, results)
+            )
         return result
 
     def _store_many(
@@ -146,31 +152,34 @@ class AdminOperations:
         valid: list[tuple[int, NewSubscription]],
         caller: Caller,
         result: BulkResult,
+        results: bool,
     ) -> Callable[[], None]:
-        """The write job of ``create_many``: validated items in, their results into
-        ``result``.
+        """The write job of ``create_many``: validated items in, their results (or, without
+        ``results``, their counts) into ``result``.
 
         Which items are new is known only once they are staged, so the quota and the room
         are checked in the write phase; a refusal there rolls back a group, whose other
         writes then run again alone (``store.group_commit``)."""
         repo = SubscriptionRepository(session)
         valid = _resolve_groups(repo, valid, result)
+        grouped = any(new.group for _, new in valid)
 
         def write() -> None:
-            stored = repo.add_many([new for _, new in valid])
-            created_ids: dict[str, list[int]] = {}
-            made: list[NewSubscription] = []
-            for (_, new), (sub_id, created) in zip(valid, stored, strict=True):
-                if created:
-                    created_ids.setdefault(new.tenant, []).append(sub_id)
-                    made.append(new)
+            added = repo.add_many([new for _, new in valid], ids=results or grouped)
             # Only new rows count (a retried batch still answers); raising rolls back.
-            self._check_quota(repo, dict.fromkeys(created_ids, 0))
+            self._check_quota(repo, dict.fromkeys(added.created, 0))
+            if added.items is not None:
+                made = [new for (_, new), (_, c) in zip(valid, added.items, strict=True) if c]
+            else:  # every item counts: the room check errs on the safe side
+                made = [new for _, new in valid]
             self._check_room(made)
-            self._audit(session, caller, "bulk_create", created_ids)
-            exists = [sub_id for sub_id, created in stored if not created]
-            groups = repo.groups_of(exists) if any(n.group for _, n in valid) else {}
-            for (index, new), (sub_id, created) in zip(valid, stored, strict=True):
+            self._audit(session, caller, "bulk_create", added.created)
+            if added.items is None:
+                result.count(added.count, len(valid) - added.count)
+                return
+            exists = [sub_id for sub_id, created in added.items if not created]
+            groups = repo.groups_of(exists) if grouped else {}
+            for (index, new), (sub_id, created) in zip(valid, added.items, strict=True):
                 try:
                     if not created:
                         check_same_group(new, groups.get(sub_id))

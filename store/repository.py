@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Final, cast
 
 import pyarrow as pa
@@ -85,6 +87,37 @@ def _stored(row: Any) -> StoredSubscription:
     return StoredSubscription(**values)
 
 
+#: A new subscription's column values, in ``_NEW_COLUMNS`` order (JSON ones as Python).
+_ROW: Final = attrgetter(*_NEW_COLUMNS)
+#: Where the JSON columns sit in a staged row (after ``ord``).
+_JSON_AT: Final = tuple(
+    (i + 1, name) for i, name in enumerate(_NEW_COLUMNS) if name in _JSON_COLUMNS
+)
+
+
+def _json_columns(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A staged row with its JSON columns as JSON text (criteria pairs as lists)."""
+    values = list(row)
+    for at, name in _JSON_AT:
+        value = values[at]
+        if value is not None:
+            values[at] = json.dumps([list(c) for c in value] if name == "criteria" else value)
+    return tuple(values)
+
+
+@dataclass(frozen=True, slots=True)
+class AddedMany:
+    """What ``add_many`` created: the new ids per tenant (ascending), and each item's
+    (id, created) when asked for."""
+
+    created: dict[str, list[int]]
+    items: list[tuple[int, bool]] | None
+
+    @property
+    def count(self) -> int:
+        return sum(map(len, self.created.values()))
+
+
 def _values(new: NewSubscription) -> dict[str, Any]:
     """Column values of ``new``; criteria pairs as JSON lists."""
     values = {name: getattr(new, name) for name in _NEW_COLUMNS}
@@ -145,54 +178,63 @@ class SubscriptionRepository:
         self._count({new.tenant: 1})
         return _stored(row)
 
-    def add_many(self, items: Sequence[NewSubscription]) -> list[tuple[int, bool]]:
-        """Create every item in one statement; returns (id, created) per item, in order.
+    def add_many(self, items: Sequence[NewSubscription], *, ids: bool = True) -> AddedMany:
+        """Create every item in one statement; what was created, and (``ids``) each item's
+        (id, created), in order.
 
-        Rows go to a staging table first (COPY on PostgreSQL), then one
+        Rows go to a staging table first (COPY on PostgreSQL, Arrow on DuckDB), then one
         ``INSERT ... SELECT`` of the first of each key that is not stored yet: duplicates,
         in the batch or already stored, resolve to the existing id without drawing one from
-        the sequence (a conflicting insert would, and skip it).
+        the sequence (a conflicting insert would, and skip it). Without ``ids`` no item is
+        joined back to its row (an import needs only the counts).
         """
         if not items:
-            return []
+            return AddedMany({}, [] if ids else None)
         session = self.session
         before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
         max_before = int(before.scalar_one())
         self._stage(items)
         columns = ", ".join(map(_QUOTE, _NEW_COLUMNS))
-        session.execute(
+        inserted = session.execute(
             sa.text(
                 f"INSERT INTO subscription ({columns}) SELECT {columns} FROM ("
                 f"SELECT *, row_number() OVER (PARTITION BY {_KEY} ORDER BY ord) AS nth "
                 "FROM staging) st WHERE nth = 1 AND NOT EXISTS (SELECT 1 FROM subscription s "
-                f"WHERE {_SAME_KEY}) ORDER BY ord{_ON_CONFLICT if self._postgres else ''}"
+                f"WHERE {_SAME_KEY}) ORDER BY ord{_ON_CONFLICT if self._postgres else ''} "
+                "RETURNING id, tenant"
             )
-        )
+        ).all()
+        created: dict[str, list[int]] = {}
+        for sub_id, tenant in inserted:
+            created.setdefault(tenant, []).append(sub_id)
+        for made in created.values():
+            made.sort()
+        self._count({tenant: len(made) for tenant, made in created.items()})
         # Writers are serialized and ids come from a sequence: the new rows are exactly
         # those above the previous maximum.
         self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
-        # Each item's id: usually every item is new, and the join need only read the rows
-        # just inserted (an id range: zone maps on DuckDB, the primary key on PostgreSQL),
-        # not the whole table (which made a 1M-row import quadratic). An item already stored
-        # is missing from that answer, and then the whole table is joined.
-        joined = f"SELECT st.ord, s.id FROM staging st JOIN subscription s ON {_SAME_KEY}"
-        rows = session.execute(
-            sa.text(f"{joined} WHERE s.id > :max_before ORDER BY st.ord"),
-            {"max_before": max_before},
-        ).all()
-        if len(rows) != len(items):
-            rows = session.execute(sa.text(f"{joined} ORDER BY st.ord")).all()
+        per_item = self._item_ids(len(items), max_before, len(inserted)) if ids else None
         session.execute(sa.text("DROP TABLE staging"))
+        return AddedMany(created, per_item)
+
+    def _item_ids(self, count: int, max_before: int, inserted: int) -> list[tuple[int, bool]]:
+        """Each staged item's (id, created), in order. Usually every item is new, and the
+        join need only read the rows just inserted (an id range: zone maps on DuckDB, the
+        primary key on PostgreSQL), not the whole table (which made a 1M-row import
+        quadratic); otherwise the whole table is joined."""
+        joined = f"SELECT st.ord, s.id FROM staging st JOIN subscription s ON {_SAME_KEY}"
+        if inserted == count:
+            rows = self.session.execute(
+                sa.text(f"{joined} WHERE s.id > :max_before ORDER BY st.ord"),
+                {"max_before": max_before},
+            ).all()
+        else:
+            rows = self.session.execute(sa.text(f"{joined} ORDER BY st.ord")).all()
         result: list[tuple[int, bool]] = []
         first_seen: set[int] = set()
-        added: dict[str, int] = {}
-        for (_, sub_id), item in zip(rows, items, strict=True):
-            created = sub_id > max_before and sub_id not in first_seen
+        for _, sub_id in rows:
+            result.append((sub_id, sub_id > max_before and sub_id not in first_seen))
             first_seen.add(sub_id)
-            result.append((sub_id, created))
-            if created:
-                added[item.tenant] = added.get(item.tenant, 0) + 1
-        self._count(added)
         return result
 
     def remove(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
@@ -275,18 +317,9 @@ class SubscriptionRepository:
             for name in _NEW_COLUMNS
         )
         session.execute(sa.text(f"CREATE TEMPORARY TABLE staging (ord BIGINT, {columns})"))
-        rows = [
-            (
-                i,
-                *(
-                    json.dumps(v[name])
-                    if name in _JSON_COLUMNS and v[name] is not None
-                    else v[name]
-                    for name in _NEW_COLUMNS
-                ),
-            )
-            for i, v in enumerate(map(_values, items))
-        ]
+        rows = [(i, *_ROW(item)) for i, item in enumerate(items)]
+        if any(item.criteria is not None or item.labels is not None for item in items):
+            rows = [_json_columns(row) for row in rows]
         raw = session.connection().connection.driver_connection
         assert raw is not None
         if self._postgres:

@@ -38,7 +38,7 @@ class DirectAdmin:
 
     def import_many(self, items: Sequence[Item]) -> Added:
         """What ``add_many`` stores, summed up without a result object per item."""
-        stored = self.operations.create_many(items, self.caller)
+        stored = self.operations.create_many(items, self.caller, results=False)
         errors = [(i, e.code, e.message) for i, e in sorted(stored.errors.items())]
         return Added(stored.created, stored.exists, errors)
 

@@ -277,7 +277,7 @@ def test_subscriptions_from_the_store_with_tenants_dialects_and_headers(
             ]
         )
     db.dispose()
-    alice, bob, carol, dave = (sub_id for sub_id, _ in ids)
+    alice, bob, carol, dave = (sub_id for sub_id, _ in ids.items or [])
     messages = tmp_path / "messages.parquet"
     ts = pa.array([START] * 5, pa.timestamp("us", tz="UTC"))
     pq.write_table(

@@ -60,8 +60,10 @@ def test_repeating_a_subscription_draws_no_id(database: Database) -> None:
     assert (again, created) == (first, False)
     assert second == first + 1
     with database.write() as session:
-        stored = SubscriptionRepository(session).add_many(
-            [validate(NewSubscription("q", p)) for p in ("a", "c", "c", "b", "d")]
+        stored = (
+            SubscriptionRepository(session)
+            .add_many([validate(NewSubscription("q", p)) for p in ("a", "c", "c", "b", "d")])
+            .items
         )
     assert stored == [
         (first, False),
@@ -95,8 +97,10 @@ def test_bulk_add_reports_every_item(database: Database) -> None:
     items = [validate(NewSubscription("s", f"x.{i}", labels={"i": i})) for i in range(500)]
     items.append(items[3])  # a duplicate inside the batch
     with database.write() as session:
-        results = SubscriptionRepository(session).add_many(items)
-    assert len(results) == len(items)
+        added = SubscriptionRepository(session).add_many(items)
+    results = added.items
+    assert results is not None and len(results) == len(items)
+    assert added.count == 499 and sorted(added.created["default"]) == added.created["default"]
     assert results[1] == (1, False)  # x.1 existed before
     assert results[-1][0] == results[3][0] and not results[-1][1]
     assert sum(created for _, created in results) == 499
