@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
+from app import heap
 from app.fairness import FairSlots
 from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
 from app.settings import Settings
-from loader import Loader, RoutingTable, heap
+from loader import Loader, RoutingTable
 from migrations.runner import upgrade
 from store import Database
 
@@ -35,7 +36,7 @@ class Services:
 
     @classmethod
     def open(cls, settings: Settings) -> Services:
-        heap.arrow_on_malloc()  # before any Arrow allocation (loader.heap)
+        heap.arrow_on_malloc()  # before any Arrow allocation (app.heap)
         db = Database(settings.database_url)
         upgrade(db.url)
         loader = Loader(
@@ -46,6 +47,7 @@ class Services:
             shadow_every=settings.shadow_every,
             poll_interval=settings.poll_interval,
             reconcile_interval=settings.reconcile_interval,
+            settle=heap.settle,
         )
         limiter = RateLimiter(settings.rates(), limit_operator=settings.rate_limit_operator)
         fair = FairSlots(settings.batch_concurrency)

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Final
 
 import typer
 
+from app import heap
 from app.services import Services
 from app.settings import Settings
-from loader import heap
 
 if TYPE_CHECKING:
     import uvicorn
@@ -89,7 +89,7 @@ def keep_pandas_out() -> None:
 
 def _prepare_process() -> None:
     """What a serving process sets before it opens the store: no pandas, and large freed
-    blocks handed back to the system (``loader.heap``)."""
+    blocks handed back to the system (``app.heap``)."""
     keep_pandas_out()
     heap.fix_mmap_threshold()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from app import heap
 from bench.percentiles import percentile
 from bench.report import Column, Table
 from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
@@ -37,7 +38,7 @@ def run_propagation(changes: int, admin_url: str = DEFAULT_ADMIN_URL) -> Table:
         # A is only a writer here (no loader of its own, so nothing runs after its commit
         # before the clock starts); B is a full replica with its own connections.
         db_b = Database(db_a.url)
-        replica_b = Loader(db_b, poll_interval=1.0)
+        replica_b = Loader(db_b, poll_interval=1.0, settle=heap.settle)  # as a server has it
         replica_b.start()
         try:
             delays = [_one(db_a, replica_b, n) for n in range(changes)]

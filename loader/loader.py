@@ -22,7 +22,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import psycopg
@@ -30,7 +30,6 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from loader import heap
 from loader.shadow import ShadowCheck
 from loader.table import DEFAULT_ENGINES, RoutingTable
 from matcher import Limits
@@ -66,7 +65,11 @@ class Loader:
         poll_interval: float = 1.0,
         reconcile_interval: float | None = None,
         shadow_every: int = 0,
+        settle: Callable[[], None] | None = None,
     ) -> None:
+        """``settle``: the process's memory policy, called once a table is built and when
+        changes have grown it by a quarter (a serving process freezes and trims its heap:
+        ``app.heap.settle``); None leaves the process as it is."""
         self.db = db
         self.engines = tuple(engines)
         self.limits = limits
@@ -81,6 +84,7 @@ class Loader:
         self.listener_pid: int | None = None
         #: ``time.monotonic()`` of the listener's last completed catch-up (readiness).
         self.listener_beat: float | None = None
+        self._settle = settle
         self._unsettled = 0
         self._catch_up_lock = threading.Lock()
         self._stop = threading.Event()
@@ -140,7 +144,8 @@ class Loader:
             self._catch_up_table(table)  # changes that landed while building
             self.table = table
         self.db.release_memory()  # before the heap is trimmed: what DuckDB frees goes too
-        heap.settle()
+        if self._settle is not None:
+            self._settle()
         self.rebuild_seconds = time.perf_counter() - started
         log.info(
             "routing table built: %d subscriptions in %.2f s", len(table), self.rebuild_seconds
@@ -156,8 +161,9 @@ class Loader:
             self._unsettled += applied
             if self._unsettled > max(SETTLE_EVERY, len(self.table) // 4):
                 # Bulk writes grew the table by a quarter: freeze it again (see
-                # heap.settle), or full collections keep rescanning it.
-                heap.settle()
+                # app.heap.settle), or full collections keep rescanning it.
+                if self._settle is not None:
+                    self._settle()
                 self._unsettled = 0
             return applied
 

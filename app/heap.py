@@ -1,6 +1,8 @@
 """How a serving process hands memory back: the loader's builds and reconciliations free
 hundreds of MB of transient buffers, and each allocator in the process would otherwise keep
-them resident. One place for the process's memory policy and its one handle on glibc."""
+them resident. One place for the process's memory policy and its one handle on glibc, set by
+the serving entry point (``app.serving``, ``app.services``): the loader, a library, only
+calls the ``settle`` it is given."""
 
 from __future__ import annotations
 
