@@ -68,6 +68,8 @@ _CHUNK_PARSE: Final = pa_csv.ParseOptions(
 _KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
 #: Column names as SQL text, quoted where they are reserved words ("group").
 _QUOTE: Final = postgresql.dialect().identifier_preparer.quote  # type: ignore[no-untyped-call]
+_COLUMNS_SQL: Final = ", ".join(map(_QUOTE, _NEW_COLUMNS))
+_CHANGE_SQL: Final = ", ".join(map(_QUOTE, _CHANGE_COLUMNS))
 _KEY: Final = ", ".join(_KEY_COLUMNS)
 _SAME_KEY: Final = " AND ".join(f"s.{c} = st.{c}" for c in _KEY_COLUMNS)
 #: The inserts look the key up first and writers are serialized, so a conflict cannot
@@ -194,25 +196,36 @@ class SubscriptionRepository:
         before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
         max_before = int(before.scalar_one())
         self._stage(items)
-        columns = ", ".join(map(_QUOTE, _NEW_COLUMNS))
-        inserted = session.execute(
-            sa.text(
-                f"INSERT INTO subscription ({columns}) SELECT {columns} FROM ("
-                f"SELECT *, row_number() OVER (PARTITION BY {_KEY} ORDER BY ord) AS nth "
-                "FROM staging) st WHERE nth = 1 AND NOT EXISTS (SELECT 1 FROM subscription s "
-                f"WHERE {_SAME_KEY}) ORDER BY ord{_ON_CONFLICT if self._postgres else ''} "
-                "RETURNING id, tenant"
-            )
-        ).all()
+        insert = (
+            f"INSERT INTO subscription ({_COLUMNS_SQL}) SELECT {_COLUMNS_SQL} FROM ("
+            f"SELECT *, row_number() OVER (PARTITION BY {_KEY} ORDER BY ord) AS nth "
+            "FROM staging) st WHERE nth = 1 AND NOT EXISTS (SELECT 1 FROM subscription s "
+            f"WHERE {_SAME_KEY}) ORDER BY ord"
+        )
+        pending.flush_changes(session)  # the changes before these come first
+        if self._postgres:
+            # One statement: the change rows are written from the inserted ones as they
+            # come back, not read again from the table (a third of the batch's time).
+            inserted = session.execute(
+                sa.text(
+                    f"WITH added AS ({insert}{_ON_CONFLICT} RETURNING id, {_CHANGE_SQL}), "
+                    f"logged AS (INSERT INTO change_log (op, subscription_id, {_CHANGE_SQL}) "
+                    f"SELECT 'add', id, {_CHANGE_SQL} FROM added ORDER BY id) "
+                    "SELECT id, tenant FROM added"
+                )
+            ).all()
+            pending.pending(session).ring = True
+        else:
+            inserted = session.execute(sa.text(f"{insert} RETURNING id, tenant")).all()
+            # Writers are serialized and ids come from a sequence: the new rows are
+            # exactly those above the previous maximum.
+            self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
         created: dict[str, list[int]] = {}
         for sub_id, tenant in inserted:
             created.setdefault(tenant, []).append(sub_id)
         for made in created.values():
             made.sort()
         self._count({tenant: len(made) for tenant, made in created.items()})
-        # Writers are serialized and ids come from a sequence: the new rows are exactly
-        # those above the previous maximum.
-        self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
         per_item = self._item_ids(len(items), max_before, len(inserted)) if ids else None
         session.execute(sa.text("DROP TABLE staging"))
         return AddedMany(created, per_item)

@@ -186,27 +186,45 @@ def sub_import(
     file; every bad line is reported with its line number, the good ones are stored. The
     file is read as it is stored, a batch at a time: a file of any size takes the memory of
     one batch."""
-    from app.imports import read_batches
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from app.cli.protocol import Added
+    from app.imports import Batch, read_batches
 
     report: list[dict[str, object]] = []
     created = exists = 0
+
+    def settle(chunk: Batch, future: Future[Added]) -> None:
+        nonlocal created, exists
+        added = future.result()
+        created += added.created
+        exists += added.exists
+        report.extend(
+            {"line": chunk.items[index][0], "code": code, "message": message}
+            for index, code, message in added.errors
+        )
+
     with (
         store_admin(api, create=True) as admin,
         typer.progressbar(length=path.stat().st_size, label="importing", file=sys.stderr) as bar,
+        ThreadPoolExecutor(1, thread_name_prefix="topicstore-import") as writer,
     ):
+        # One batch is written while the next is read: the store's work (waiting on
+        # PostgreSQL, the GIL released) overlaps the reading. Batches are stored in order.
         done = 0
+        writing: tuple[Batch, Future[Added]] | None = None
         for chunk in read_batches(path, batch):
             report += chunk.problems
+            if writing is not None:
+                settle(*writing)
+                writing = None
             if chunk.items:
-                added = admin.import_many([item for _, item in chunk.items])
-                created += added.created
-                exists += added.exists
-                report += [
-                    {"line": chunk.items[index][0], "code": code, "message": message}
-                    for index, code, message in added.errors
-                ]
+                items = [item for _, item in chunk.items]
+                writing = chunk, writer.submit(admin.import_many, items)
             bar.update(chunk.position - done)
             done = chunk.position
+        if writing is not None:
+            settle(*writing)
     report.sort(key=lambda problem: int(str(problem["line"])))
     summary = {"created": created, "exists": exists, "failed": len(report), "errors": report}
     human = [f"created {created}, already there {exists}, failed {len(report)}"]
