@@ -81,7 +81,10 @@ class Loader:
         self.listener_pid: int | None = None
         #: ``time.monotonic()`` of the listener's last completed catch-up (readiness).
         self.listener_beat: float | None = None
-        self._unsettled = 0
+        #: ``time.monotonic()`` of the last slice of changes applied by any applier
+        #: (readiness: a replica working through a backlog is making progress).
+        self.progress_beat: float | None = None
+        self._settled_size = 0  # the table's size when the heap was last settled
         self._catch_up_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -102,6 +105,7 @@ class Loader:
         if self.reconcile_interval:
             self._spawn(self._reconcile_loop, "topicstore-reconcile")
         self.listener_beat = time.monotonic()  # listening, and caught up just now
+        self.progress_beat = self.listener_beat
         self.ready.set()
 
     def stop(self) -> None:
@@ -139,6 +143,7 @@ class Loader:
         with self._catch_up_lock:
             self._catch_up_table(table)  # changes that landed while building
             self.table = table
+            self._settled_size = len(table)
         self.db.release_memory()  # before the heap is trimmed: what DuckDB frees goes too
         heap.settle()
         self.rebuild_seconds = time.perf_counter() - started
@@ -152,25 +157,49 @@ class Loader:
     def catch_up(self) -> int:
         """Apply every change past the table's seq; returns how many were applied."""
         with self._catch_up_lock:
-            applied = self._catch_up_table(self.table)
-            self._unsettled += applied
-            if self._unsettled > max(SETTLE_EVERY, len(self.table) // 4):
+            table = self.table
+            applied = self._catch_up_table(table)
+            if len(table) - self._settled_size > max(SETTLE_EVERY, self._settled_size // 4):
                 # Bulk writes grew the table by a quarter: freeze it again (see
-                # heap.settle), or full collections keep rescanning it.
+                # heap.settle), or full collections keep rescanning it. (Not after
+                # removals: what they free goes by reference counting, and a full
+                # collection would hold the GIL, and every match, for a tenth of a second.)
                 heap.settle()
-                self._unsettled = 0
+                self._settled_size = len(table)
             return applied
 
-    def _catch_up_table(self, table: RoutingTable) -> int:
+    def _catch_up_table(self, table: RoutingTable, upto: int | None = None) -> int:
+        """Apply the changes past ``table.seq`` (up to ``upto``, if given) in windows of
+        ``PAGE`` seqs: a bounded range is an index range scan whatever the planner's
+        statistics say (a log that grew by 100,000 rows since they were taken was read
+        with a full scan and a sort per page). A window short of ``PAGE`` rows may sit
+        before a gap in the seqs (a rolled-back write), so the newest seq says when to
+        stop."""
         applied = 0
-        while True:
+        cursor = table.seq
+        while upto is None or cursor < upto:
+            end = cursor + PAGE if upto is None else min(cursor + PAGE, upto)
             with self.db.read() as session:
-                changes = SubscriptionRepository(session).changes_since(table.seq, PAGE)
-            if not changes:
-                return applied
-            applied += table.apply(changes)
-            if len(changes) < PAGE:
-                return applied
+                repo = SubscriptionRepository(session)
+                changes = repo.changes_since(cursor, PAGE, upto=end)
+                newest = repo.last_seq() if len(changes) < end - cursor else None
+            if changes:
+                applied += table.apply(changes, self._progressed)
+            if newest is None:  # the window was full: more may follow at once
+                cursor = changes[-1].seq
+            elif newest <= end:
+                break
+            else:
+                cursor = end
+        self._progressed()
+        return applied
+
+    def _progressed(self) -> None:
+        self.progress_beat = time.monotonic()
+
+    def applying(self) -> bool:
+        """Whether an applier is catching up now (readiness)."""
+        return self._catch_up_lock.locked()
 
     def lag(self) -> int:
         """Changes committed to the store but not yet applied here."""

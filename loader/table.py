@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -53,6 +54,11 @@ SHADOW_MAX: Final = 100_000
 #: subscription (ids come from a sequence, so they are dense); sparser ids go to a dict.
 DENSE_FACTOR: Final = 4
 DENSE_SLACK: Final = 1 << 16
+#: Changes ``apply`` applies per hold of the applier lock, and the pause between two
+#: slices: a slice of removals takes a few milliseconds, so a match waiting for the GIL
+#: meanwhile waits about that long, never for a whole mass removal.
+APPLY_SLICE: Final = 1_000
+APPLY_PAUSE_S: Final = 0.0002
 #: The columns ``load_columns`` reads.
 COLUMNS: Final = ("id", "tenant", "subscriber", "dialect", "pattern")
 
@@ -370,61 +376,121 @@ class RoutingTable:
 
     # -- writes (one applier at a time) -------------------------------------------------
 
-    def apply(self, changes: Iterable[Change]) -> int:
+    def apply(self, changes: Iterable[Change], progress: Callable[[], object] | None = None) -> int:
         """Apply changes in order; returns how many changed something. Idempotent: an add
         already present or a remove of an absent id is skipped (only its seq is recorded).
 
         The catalog learns of an add before the matchers and forgets a remove after them,
         so an id a reader gets from a match always has its subscriber in the catalog.
+
+        In slices of ``APPLY_SLICE`` changes: after each the catalog is published at the
+        slice's last seq, the applier lock is released and this thread sleeps
+        ``APPLY_PAUSE_S`` (the GIL goes to the matches waiting for it) before the next, so
+        a mass removal never holds matching for longer than one slice. A run of removes
+        within a slice is applied at once (``_remove_run``: the catalog searched and
+        mutated once for all of them). ``progress`` is called after every slice.
         """
+        batch = changes if isinstance(changes, Sequence) else list(changes)
         applied = 0
         refused: list[int] = []
         error: CapacityError | None = None
-        with self._apply_lock:
-            for change in changes:
-                catalog = self._catalog
-                sub_id = change.subscription_id
-                if change.op == "add" and sub_id not in catalog.entries:
-                    entries = catalog.entries.with_add(
-                        sub_id,
-                        Entry(change.tenant, change.subscriber, change.dialect, change.pattern),
-                    )
-                    self._set_subscriber(sub_id, entries[sub_id].subscriber, len(entries))
-                    self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
-                    self.groups.add(change)  # groups: before the matchers see the id
-                    try:
-                        self._index(change)
-                    except CapacityError as e:
-                        # Not served, and out of the catalog again, so the store's range
-                        # and the catalog's differ: each reconciliation offers it anew, and
-                        # it goes in once removals make room. The applier goes on. (Its
-                        # group membership stays, as the store has it: see below.)
-                        self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
-                        self._set_subscriber(sub_id, None, 0)
-                        refused.append(sub_id)
-                        error = e
+        for start in range(0, len(batch), APPLY_SLICE):
+            if start:
+                time.sleep(APPLY_PAUSE_S)
+            part = batch[start : start + APPLY_SLICE]
+            with self._apply_lock:
+                k = 0
+                while k < len(part):
+                    if part[k].op == "remove":
+                        end = k + 1
+                        while end < len(part) and part[end].op == "remove":
+                            end += 1
+                        applied += self._remove_run(part[k:end])
+                        k = end
                         continue
-                    applied += 1
-                elif change.op == "remove" and sub_id in catalog.entries:
-                    self._unindex(change)
-                    self.groups.remove(sub_id)  # groups: after the matchers forgot it
-                    self._catalog = Snapshot(
-                        max(catalog.seq, change.seq), catalog.entries.with_remove(sub_id)
-                    )
-                    self._set_subscriber(sub_id, None, 0)
-                    applied += 1
-                else:
-                    if change.op == "remove":  # a refused add's group membership
-                        self.groups.remove(sub_id)
-                    if change.seq > catalog.seq:
-                        self._catalog = Snapshot(change.seq, catalog.entries)
-            catalog = self._catalog
-            settled = catalog.entries.settled()
-            if settled is not catalog.entries:
-                self._catalog = Snapshot(catalog.seq, settled)
+                    outcome = self._add(part[k])
+                    if isinstance(outcome, CapacityError):
+                        refused.append(part[k].subscription_id)
+                        error = outcome
+                    else:
+                        applied += outcome
+                    k += 1
+                catalog = self._catalog
+                settled = catalog.entries.settled()
+                if settled is not catalog.entries:
+                    self._catalog = Snapshot(catalog.seq, settled)
+            if progress is not None:
+                progress()
         if error is not None:
             self._refuse(refused, error)
         return applied
+
+    def _add(self, change: Change) -> int | CapacityError:
+        """One add (under the applier lock): 1 if indexed, 0 if already present, or the
+        engine's refusal."""
+        catalog = self._catalog
+        sub_id = change.subscription_id
+        if sub_id in catalog.entries:
+            if change.seq > catalog.seq:
+                self._catalog = Snapshot(change.seq, catalog.entries)
+            return 0
+        entries = catalog.entries.with_add(
+            sub_id, Entry(change.tenant, change.subscriber, change.dialect, change.pattern)
+        )
+        self._set_subscriber(sub_id, entries[sub_id].subscriber, len(entries))
+        self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
+        self.groups.add(change)  # groups: before the matchers see the id
+        try:
+            self._index(change)
+        except CapacityError as e:
+            # Not served, and out of the catalog again, so the store's range and the
+            # catalog's differ: each reconciliation offers it anew, and it goes in once
+            # removals make room. The applier goes on. (Its group membership stays, as
+            # the store has it: see _remove_run.)
+            self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
+            self._set_subscriber(sub_id, None, 0)
+            return e
+        return 1
+
+    def _remove_run(self, run: Sequence[Change]) -> int:
+        """Consecutive removes (under the applier lock): the catalog searched once for all
+        of them, the engines told per (tenant, dialect), then the catalog without them
+        published at the run's last seq. Returns how many were present."""
+        catalog = self._catalog
+        groups = self.groups
+        by_key: dict[tuple[str, str, str], list[int]] = {}
+        gone: set[int] = set()
+        for change, here in zip(
+            run, catalog.entries.present([c.subscription_id for c in run]), strict=True
+        ):
+            sub_id = change.subscription_id
+            if not here:  # a refused add, whose group membership the store still had
+                groups.remove(sub_id)
+            elif sub_id not in gone:
+                gone.add(sub_id)
+                key = (change.kind, change.tenant, change.dialect)
+                same = by_key.get(key)
+                if same is None:
+                    by_key[key] = [sub_id]
+                else:
+                    same.append(sub_id)
+        for (kind, tenant, dialect), ids in by_key.items():
+            self._unindex_many(kind, tenant, dialect, ids)
+        entries = catalog.entries
+        if gone:
+            removed = sorted(gone)
+            for sub_id in removed:
+                groups.remove(sub_id)  # groups: after the matchers forgot it
+            entries = entries.without(removed)
+        self._catalog = Snapshot(max(catalog.seq, run[-1].seq), entries)
+        by_id, far = self._by_id, self._far
+        size = len(by_id)
+        for sub_id in gone:
+            if sub_id < size:
+                by_id[sub_id] = None
+            else:
+                far.pop(sub_id, None)
+        return len(gone)
 
     def _refuse(self, ids: Sequence[int], error: CapacityError) -> None:
         """Count and log (one line) the ids an engine refused, ``error`` the last refusal."""
@@ -605,14 +671,18 @@ class RoutingTable:
             # a reader iterating the old one finishes undisturbed).
             self._topic[key] = {self._primary: matchers[self._primary]}
 
-    def _unindex(self, change: Change) -> None:
-        if change.kind == "headers":
-            headers = self._headers.get(change.tenant)
+    def _unindex_many(self, kind: str, tenant: str, dialect: str, ids: Sequence[int]) -> None:
+        """Unsubscribe ``ids`` of one (tenant, dialect) (or headers) from its engines."""
+        if kind == "headers":
+            headers = self._headers.get(tenant)
             if headers is not None:
-                headers.unsubscribe(change.subscription_id)
+                for sub_id in ids:
+                    headers.unsubscribe(sub_id)
             return
-        for matcher in self._topic.get((change.tenant, change.dialect), {}).values():
-            matcher.unsubscribe(change.subscription_id)
+        for matcher in self._topic.get((tenant, dialect), {}).values():
+            unsubscribe = matcher.unsubscribe
+            for sub_id in ids:
+                unsubscribe(sub_id)
 
     # -- repairs (the reconciler's) ------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """``/readyz`` with a bound, on a real uvicorn and PostgreSQL: it stays 200 under steady
 writes from another writer (a change in flight is not "behind"), and turns 503 when the
-replica really falls behind (its change listener cut off from the store), then 200 again.
-Per-tenant counts show only to the operator."""
+replica really falls behind (its change listener cut off from the store), then 200 again;
+a replica working through a long backlog stays ready, one that stops making progress or is
+far behind does not. Per-tenant counts show only to the operator."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from bench.scratch_db import libpq_dsn, scratch_database
 from bench.server import Server, running_server
+from loader import Loader
+from loader.readiness import BACKLOG_GRACE, probe
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository
 from tests.app.conftest import A_HEADERS, ADMIN_HEADERS
@@ -156,3 +160,53 @@ def test_readyz_is_503_once_the_listener_falls_behind_the_bound(tmp_path: Path) 
             assert body["seq"] == 2 and body["lag"] == 0
             print(f"200 again {waited:.2f} s after the database took connections again")
         db.dispose()
+
+
+def _slow_write(db: Database, pattern: str, seconds: float) -> None:
+    """A write whose transaction lasts ``seconds``: its change is that old when it commits
+    (a change's age counts from its transaction's start)."""
+    with db.write() as session:
+        session.execute(sa.text("SELECT pg_sleep(:s)"), {"s": seconds})
+        SubscriptionRepository(session).add_many([NewSubscription("w", pattern)])
+
+
+def test_a_replica_making_progress_on_a_backlog_stays_ready(own_database: str) -> None:
+    """The rules of ``loader.readiness`` on a live loader: holding the catch-up lock plays
+    an applier in the middle of a long backlog (the listener waits for it meanwhile)."""
+    bound_s = 0.2
+    db, writer = Database(own_database), Database(own_database)  # another replica writes
+    loader = Loader(db, poll_interval=0.5)
+    loader.start()
+    try:
+        with loader._catch_up_lock:
+            _slow_write(writer, "backlog.old", 2 * bound_s)  # older than the bound at once
+            loader.listener_beat = time.monotonic() - 2 * bound_s  # waiting for the applier
+            loader.progress_beat = time.monotonic()  # ... which just applied a slice
+            verdict = probe(loader, bound_s)
+            assert verdict.ready and verdict.lag == 1 and verdict.lag_seconds, verdict
+            assert verdict.lag_seconds > bound_s, verdict
+
+            loader.progress_beat = time.monotonic() - 2 * bound_s  # no slice for too long
+            verdict = probe(loader, bound_s)
+            assert (verdict.ready, verdict.reason) == (False, "listener_stalled"), verdict
+
+            _slow_write(writer, "backlog.older", (BACKLOG_GRACE + 1) * bound_s)
+            loader.progress_beat = time.monotonic()  # progressing, but far behind
+            verdict = probe(loader, bound_s)
+            assert (verdict.ready, verdict.reason) == (False, "behind"), verdict
+        loader.catch_up()  # what the waiting listener does once the lock is free
+        loader.listener_beat = time.monotonic()
+        verdict = probe(loader, bound_s)
+        assert verdict.ready and verdict.lag == 0 and len(loader.table) == 2, verdict
+
+        # Not applying: a listener that stopped beating is stalled, whatever the last
+        # slice was.
+        loader.stop()
+        loader.listener_beat = time.monotonic() - 2 * bound_s
+        loader.progress_beat = time.monotonic()
+        verdict = probe(loader, bound_s)
+        assert (verdict.ready, verdict.reason) == (False, "listener_stalled"), verdict
+    finally:
+        loader.stop()
+        db.dispose()
+        writer.dispose()
