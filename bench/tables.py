@@ -19,8 +19,8 @@ from bench.concurrency import run_concurrency
 from bench.cs_trie_load import run_cs_trie_load
 from bench.import_load import run_import_load
 from bench.latency import run_read_latency
-from bench.memory import run_memory
 from bench.mass_removal import run_mass_removal
+from bench.memory import run_memory
 from bench.micro import MicroInputs, run_micro
 from bench.propagation import run_propagation
 from bench.report import Table

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Final
@@ -686,9 +686,16 @@ class RoutingTable:
 
     # -- repairs (the reconciler's) ------------------------------------------------------
 
-    def repair(self, stored: Sequence[Change], ranges: Iterable[int], size: int) -> int:
+    def repair(
+        self,
+        stored: Sequence[Change],
+        ranges: Iterable[int],
+        size: int,
+        keep: Collection[int] = (),
+    ) -> int:
         """Make the id ranges ``[k * size, (k + 1) * size)`` of ``ranges`` hold exactly
-        ``stored`` (the store's rows of those ranges at this table's seq): what differs is
+        ``stored`` (the store's rows of those ranges as of some seq S), except the ids of
+        ``keep`` (those changes after S set: this table has applied them): what differs is
         removed and re-added through ``apply``. Returns how many subscriptions changed."""
         wanted = {row.subscription_id: row for row in stored}
         seq = self.seq
@@ -699,14 +706,14 @@ class RoutingTable:
         for k in ranges:
             for sub_id, entry in entries.between(k * size, (k + 1) * size).items():
                 row = wanted.get(sub_id)
-                if (
+                if sub_id not in keep and (
                     row is None
                     or Entry(row.tenant, row.subscriber, row.dialect, row.pattern) != entry
                 ):
                     removes.append(as_change(seq, "remove", sub_id, entry))
         for sub_id, row in wanted.items():
             entry = entries.get(sub_id)
-            if (
+            if sub_id not in keep and (
                 entry is None
                 or Entry(row.tenant, row.subscriber, row.dialect, row.pattern) != entry
             ):

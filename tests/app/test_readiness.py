@@ -1,11 +1,13 @@
 """``/readyz`` with a bound, on a real uvicorn and PostgreSQL: it stays 200 under steady
-writes from another writer (a change in flight is not "behind"), and turns 503 when the
+writes from another writer (a change in flight is not "behind"; reconciliation completes
+its passes meanwhile, counted in ``/metrics``), and turns 503 when the
 replica really falls behind (its change listener cut off from the store), then 200 again;
 a replica working through a long backlog stays ready, one that stops making progress or is
 far behind does not. Per-tenant counts show only to the operator."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -52,7 +54,8 @@ def own_database() -> Iterator[str]:
 def test_readyz_does_not_flap_under_steady_writes(tmp_path: Path, own_database: str) -> None:
     database = own_database
     db = Database(database)
-    with running_server(tmp_path, settings_for(database)) as server:
+    settings = settings_for(database, reconcile_interval="0.5")
+    with running_server(tmp_path, settings) as server:
         server.wait_until("/readyz", 200)
         done = threading.Event()
         written: list[int] = []
@@ -108,6 +111,10 @@ def test_readyz_does_not_flap_under_steady_writes(tmp_path: Path, own_database: 
     assert series in scraped["operator"]
     assert "topicstore_tenant_subscriptions" not in scraped["anyone"] + scraped["tenant"]
     assert f"topicstore_subscriptions {len(written)}.0" in scraped["anyone"]
+    # Reconciliation completes its passes under the writes (it needs no quiet moment).
+    passes = re.search(r"^topicstore_reconcile_passes_total (\S+)$", scraped["anyone"], re.M)
+    assert passes is not None and float(passes[1]) >= 1, scraped["anyone"]
+    assert "topicstore_reconcile_repairs_total 0.0" in scraped["anyone"]
 
 
 def _listener_backend(admin: psycopg.Connection[tuple[object, ...]], name: str) -> int | None:
