@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+import loader.loader as loader_module
 from bench.scratch_db import libpq_dsn
 from loader import Loader
 from matcher._native import NativeMatcher
@@ -106,6 +107,31 @@ def test_replicas_converge_through_notifications(
     assert _table_ids(replica_a) == _table_ids(replica_b) == _store_ids(a)
     a.dispose()
     b.dispose()
+
+
+def test_catch_up_crosses_gaps_in_the_seqs_wider_than_a_window(
+    database: Database, started: Callable[[Database], Loader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change log is read in windows of ``PAGE`` seqs; a write rolled back after drawing
+    seqs leaves a gap wider than a window, and the changes past it are still applied (the
+    newest seq says there is more), both a few and more than a window's worth."""
+    monkeypatch.setattr(loader_module, "PAGE", 4)
+    first = _add(database, Sub("q", "a.#"))
+    loader = started(database)
+    with pytest.raises(RuntimeError), database.sessions.begin() as session:
+        repo = SubscriptionRepository(session)
+        for i in range(11):  # draws 11 change seqs, then rolls back
+            repo.add(validate(Sub("gone", f"gone.{i}")))
+        raise RuntimeError("rolled back")
+    later = _add(database, *(Sub("q", f"b.{i}") for i in range(9)))
+    assert sorted(_table_ids(loader)) == sorted(first + later)
+    assert loader.table.seq == _last_seq(database)
+    loader.table._check()
+
+
+def _last_seq(db: Database) -> int:
+    with db.read() as session:
+        return SubscriptionRepository(session).last_seq()
 
 
 def test_writers_commit_in_sequence_order(postgres_url: str) -> None:
