@@ -176,29 +176,25 @@ class Loader:
                 self._settled_size = len(table)
             return applied
 
-    def _catch_up_table(self, table: RoutingTable, upto: int | None = None) -> int:
-        """Apply the changes past ``table.seq`` (up to ``upto``, if given) in windows of
-        ``PAGE`` seqs: a bounded range is an index range scan whatever the planner's
-        statistics say (a log that grew by 100,000 rows since they were taken was read
-        with a full scan and a sort per page). A window short of ``PAGE`` rows may sit
-        before a gap in the seqs (a rolled-back write), so the newest seq says when to
-        stop."""
+    def _catch_up_table(self, table: RoutingTable) -> int:
+        """Apply the changes past ``table.seq`` in windows of ``PAGE`` seqs: a bounded range
+        is an index range scan whatever the planner's statistics say (a log that grew by
+        100,000 rows since they were taken was read with a full scan and a sort per page).
+        A window short of ``PAGE`` rows may sit before a gap in the seqs (a rolled-back
+        write), so the newest seq says when to stop."""
         applied = 0
         cursor = table.seq
-        while upto is None or cursor < upto:
-            end = cursor + PAGE if upto is None else min(cursor + PAGE, upto)
+        while True:
+            end = cursor + PAGE
             with self.db.read() as session:
                 repo = SubscriptionRepository(session)
                 changes = repo.changes_since(cursor, PAGE, upto=end)
-                newest = repo.last_seq() if len(changes) < end - cursor else None
+                newest = repo.last_seq() if len(changes) < PAGE else None
             if changes:
                 applied += table.apply(changes, self._progressed)
-            if newest is None:  # the window was full: more may follow at once
-                cursor = changes[-1].seq
-            elif newest <= end:
+            if newest is not None and newest <= end:
                 break
-            else:
-                cursor = end
+            cursor = end  # a full window ends at its end; a short one before a gap
         self._progressed()
         return applied
 
