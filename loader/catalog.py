@@ -269,6 +269,21 @@ class Catalog(Mapping[int, Entry]):
         )
         return Catalog(names, self.base, self.delta.set(sub_id, interned), self._count + 1)
 
+    def with_adds(self, entries: Sequence[tuple[int, Entry]]) -> Catalog:
+        """This catalog plus each (id, entry) of ``entries`` (ids distinct and absent): one
+        delta mutation. O(k log delta)."""
+        names = self.names
+        interned, code = names.names, names.code
+        mutation = self.delta.mutate()
+        for sub_id, entry in entries:
+            mutation[sub_id] = Entry(
+                interned[code(entry.tenant)],
+                interned[code(entry.subscriber)],
+                interned[code(entry.dialect)],
+                entry.pattern,
+            )
+        return Catalog(names, self.base, mutation.finish(), self._count + len(entries))
+
     def present(self, ids: Sequence[int]) -> list[bool]:
         """Whether each of ``ids`` is in the catalog: the base's searched at once
         (vectorized), the delta's looked up one by one (it is small). O(k log n)."""

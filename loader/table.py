@@ -386,9 +386,10 @@ class RoutingTable:
         In slices of ``APPLY_SLICE`` changes: after each the catalog is published at the
         slice's last seq, the applier lock is released and this thread sleeps
         ``APPLY_PAUSE_S`` (the GIL goes to the matches waiting for it) before the next, so
-        a mass removal never holds matching for longer than one slice. A run of removes
-        within a slice is applied at once (``_remove_run``: the catalog searched and
-        mutated once for all of them). ``progress`` is called after every slice.
+        a mass removal never holds matching for longer than one slice. A run of removes or
+        of topic adds within a slice is applied at once (``_remove_run``, ``_add_run``: the
+        catalog searched and mutated once for all of them, each engine told in one call per
+        (tenant, dialect)). ``progress`` is called after every slice.
         """
         batch = changes if isinstance(changes, Sequence) else list(changes)
         applied = 0
@@ -401,20 +402,21 @@ class RoutingTable:
             with self._apply_lock:
                 k = 0
                 while k < len(part):
-                    if part[k].op == "remove":
-                        end = k + 1
-                        while end < len(part) and part[end].op == "remove":
-                            end += 1
+                    kind = _run_kind(part[k])
+                    end = k + 1
+                    while kind != "headers" and end < len(part) and _run_kind(part[end]) == kind:
+                        end += 1
+                    if kind == "remove":
                         applied += self._remove_run(part[k:end])
-                        k = end
-                        continue
-                    outcome = self._add(part[k])
-                    if isinstance(outcome, CapacityError):
-                        refused.append(part[k].subscription_id)
-                        error = outcome
                     else:
-                        applied += outcome
-                    k += 1
+                        run = part[k:end]
+                        added, not_served, last_error = (
+                            self._add_run(run) if kind == "add" else self._add(run[0])
+                        )
+                        applied += added
+                        refused += not_served
+                        error = last_error or error
+                    k = end
                 catalog = self._catalog
                 settled = catalog.entries.settled()
                 if settled is not catalog.entries:
@@ -425,15 +427,14 @@ class RoutingTable:
             self._refuse(refused, error)
         return applied
 
-    def _add(self, change: Change) -> int | CapacityError:
-        """One add (under the applier lock): 1 if indexed, 0 if already present, or the
-        engine's refusal."""
+    def _add(self, change: Change) -> tuple[int, list[int], CapacityError | None]:
+        """One add (under the applier lock; a headers subscription): like ``_add_run``."""
         catalog = self._catalog
         sub_id = change.subscription_id
         if sub_id in catalog.entries:
             if change.seq > catalog.seq:
                 self._catalog = Snapshot(change.seq, catalog.entries)
-            return 0
+            return 0, [], None
         entries = catalog.entries.with_add(
             sub_id, Entry(change.tenant, change.subscriber, change.dialect, change.pattern)
         )
@@ -441,7 +442,7 @@ class RoutingTable:
         self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
         self.groups.add(change)  # groups: before the matchers see the id
         try:
-            self._index(change)
+            self._index_headers(change)
         except CapacityError as e:
             # Not served, and out of the catalog again, so the store's range and the
             # catalog's differ: each reconciliation offers it anew, and it goes in once
@@ -449,8 +450,78 @@ class RoutingTable:
             # the store has it: see _remove_run.)
             self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
             self._set_subscriber(sub_id, None, 0)
-            return e
-        return 1
+            return 0, [sub_id], e
+        return 1, [], None
+
+    def _add_run(self, run: Sequence[Change]) -> tuple[int, list[int], CapacityError | None]:
+        """Consecutive topic adds (under the applier lock): the catalog searched once and
+        published with every new one first (with their names and groups, so an id a reader
+        gets from a match is always named), then each (tenant, dialect)'s engines given
+        theirs in one ``subscribe_many``. Returns how many were indexed, the ids an engine
+        refused for a capacity (taken out of the catalog again, as ``_add`` does) and the
+        last refusal."""
+        catalog = self._catalog
+        new: dict[int, Change] = {}
+        for change, here in zip(
+            run, catalog.entries.present([c.subscription_id for c in run]), strict=True
+        ):
+            if not here:
+                new.setdefault(change.subscription_id, change)
+        seq = max(catalog.seq, run[-1].seq)
+        if not new:
+            self._catalog = Snapshot(seq, catalog.entries)
+            return 0, [], None
+        entries = catalog.entries.with_adds(
+            [(i, Entry(c.tenant, c.subscriber, c.dialect, c.pattern)) for i, c in new.items()]
+        )
+        names = self._names
+        size = len(entries)
+        by_key: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for sub_id, change in new.items():
+            self._set_subscriber(sub_id, names.names[names.code(change.subscriber)], size)
+            by_key.setdefault((change.tenant, change.dialect), []).append((sub_id, change.pattern))
+        self._catalog = Snapshot(seq, entries)
+        for change in new.values():
+            self.groups.add(change)  # groups: before the matchers see the ids
+        refused: list[int] = []
+        error: CapacityError | None = None
+        for (tenant, dialect), items in by_key.items():
+            not_served, last_error = self._index_many(tenant, dialect, items)
+            refused += not_served
+            error = last_error or error
+        if refused:
+            self._catalog = Snapshot(seq, entries.without(refused))
+            for sub_id in refused:
+                self._set_subscriber(sub_id, None, 0)
+        return len(new) - len(refused), refused, error
+
+    def _index_many(
+        self, tenant: str, dialect: str, items: list[tuple[int, str]]
+    ) -> tuple[list[int], CapacityError | None]:
+        """Subscribe ``items`` in every engine of (tenant, dialect) at once; when one
+        refuses for a capacity (a bulk write is all or nothing), one by one, each in every
+        engine or in none. Returns the refused ids and the last refusal."""
+        key = (tenant, dialect)
+        matchers = self._matchers(tenant, dialect, len(items))
+        engines = list(matchers.values())
+        refused: list[int] = []
+        error: CapacityError | None = None
+        for k, matcher in enumerate(engines):
+            try:
+                matcher.subscribe_many(items)
+            except CapacityError:
+                for sub_id, pattern in items:
+                    try:
+                        _subscribe_everywhere(engines, sub_id, pattern, k)
+                    except CapacityError as e:
+                        refused.append(sub_id)
+                        error = e
+                break
+        if len(matchers) > 1 and len(matchers[self._primary]) > self.shadow_max:
+            # Grown past the bound: from now on only the answering engine (a new dict, so
+            # a reader iterating the old one finishes undisturbed).
+            self._topic[key] = {self._primary: matchers[self._primary]}
+        return refused, error
 
     def _remove_run(self, run: Sequence[Change]) -> int:
         """Consecutive removes (under the applier lock): the catalog searched once for all
@@ -485,10 +556,10 @@ class RoutingTable:
         self._catalog = Snapshot(max(catalog.seq, run[-1].seq), entries)
         by_id, far = self._by_id, self._far
         size = len(by_id)
-        for sub_id in gone:
+        for sub_id in gone:  # _set_subscriber(sub_id, None, 0), inlined
             if sub_id < size:
                 by_id[sub_id] = None
-            else:
+            if far:
                 far.pop(sub_id, None)
         return len(gone)
 
@@ -655,21 +726,12 @@ class RoutingTable:
             self._topic[key] = matchers
         return matchers
 
-    def _index(self, change: Change) -> None:
-        if change.kind == "headers":
-            headers = self._headers.get(change.tenant)
-            if headers is None:
-                headers = self._headers[change.tenant] = HeadersMatcher()
-            assert change.criteria is not None and change.mode is not None
-            headers.subscribe(change.subscription_id, change.criteria, change.mode)
-            return
-        key = (change.tenant, change.dialect)
-        matchers = self._matchers(*key)
-        _subscribe_everywhere(list(matchers.values()), change.subscription_id, change.pattern)
-        if len(matchers) > 1 and len(matchers[self._primary]) > self.shadow_max:
-            # Grown past the bound: from now on only the answering engine (a new dict, so
-            # a reader iterating the old one finishes undisturbed).
-            self._topic[key] = {self._primary: matchers[self._primary]}
+    def _index_headers(self, change: Change) -> None:
+        headers = self._headers.get(change.tenant)
+        if headers is None:
+            headers = self._headers[change.tenant] = HeadersMatcher()
+        assert change.criteria is not None and change.mode is not None
+        headers.subscribe(change.subscription_id, change.criteria, change.mode)
 
     def _unindex_many(self, kind: str, tenant: str, dialect: str, ids: Sequence[int]) -> None:
         """Unsubscribe ``ids`` of one (tenant, dialect) (or headers) from its engines."""
@@ -841,6 +903,14 @@ def _strings(column: pa.ChunkedArray) -> pa.StringArray:
     if array.type != pa.string():
         array = array.cast(pa.string())
     return array
+
+
+def _run_kind(change: Change) -> str:
+    """What ``apply`` batches a change with: removes with removes, topic adds with topic
+    adds; a headers add goes alone."""
+    if change.op == "remove":
+        return "remove"
+    return "add" if change.kind != "headers" else "headers"
 
 
 def _engine(matcher: Matcher) -> Matcher:

@@ -274,8 +274,9 @@ def test_capacity_checks_reach_the_engine_behind_a_result_cache() -> None:
 def test_a_mass_removal_applies_in_slices_and_leaves_exactly_the_rest(
     monkeypatch: pytest.MonkeyPatch, fold_min: int
 ) -> None:
-    """Thousands of removes in one ``apply`` (ids of the bulk-built base and of the delta,
-    one removed twice, one never present, an add in between): applied in slices, each
+    """A run of adds (one already present, one twice), then thousands of removes in one
+    ``apply`` (ids of the bulk-built base and of the delta, one removed twice, one never
+    present, an add in between): applied in slices, each
     published at its last seq and reported to ``progress``; afterwards the catalog, the
     names and both engines hold exactly what a plain dict says is left. With a low
     ``FOLD_MIN`` the catalog folds its delta into the base between slices too."""
@@ -298,9 +299,11 @@ def test_a_mass_removal_applies_in_slices_and_leaves_exactly_the_rest(
         i: Entry("t", "heavy" if i % 2 == 0 else "late", "amqp", f"w{i % 7}.*")
         for i in range(size, size + 100)
     }
-    table.apply([as_change(2, "add", i, entry) for i, entry in late.items()])
+    adds = [as_change(2, "add", i, entry) for i, entry in late.items()]
+    present = as_change(2, "add", 0, Entry("t", "heavy", "amqp", "w0.0.#"))
+    assert table.apply([present, *adds, adds[5]]) == len(late)  # one run of adds
     expected = dict(table.snapshot().entries.items())
-    assert len(expected) == size + 100
+    assert len(expected) == size + 100 and expected[size + 1] == late[size + 1]
     doomed = [i for i in expected if i % 2 == 0]
     changes = [as_change(3 + k, "remove", i, expected[i]) for k, i in enumerate(doomed)]
     extra = Entry("t", "new", "amqp", "w1.#")
