@@ -70,6 +70,9 @@ class Sizes:
     # startup: a real service on a store already holding this many subscriptions
     startup_subscriptions: int
     propagation_changes: int
+    # mass_removal: two real replicas on PostgreSQL; one subscriber holds the second figure
+    removal_subscriptions: int
+    removal_held: int
     # pipeline: Spark local[2] end to end, and the naive cross join on a sample
     pipeline_messages: int
     pipeline_subscriptions: int
@@ -117,6 +120,8 @@ FULL: Final = Sizes(
     import_sizes=(1_000_000,),
     startup_subscriptions=1_000_000,
     propagation_changes=200,
+    removal_subscriptions=300_000,
+    removal_held=100_000,
     pipeline_messages=1_000_000,
     pipeline_subscriptions=10_000,
     pipeline_naive_sample=5_000,
@@ -167,6 +172,8 @@ QUICK: Final = Sizes(
     import_sizes=(2_000,),
     startup_subscriptions=5_000,
     propagation_changes=10,
+    removal_subscriptions=20_000,
+    removal_held=5_000,
     pipeline_messages=2_000,
     pipeline_subscriptions=100,
     pipeline_naive_sample=100,

@@ -19,6 +19,7 @@ from bench.concurrency import run_concurrency
 from bench.cs_trie_load import run_cs_trie_load
 from bench.import_load import run_import_load
 from bench.latency import run_read_latency
+from bench.mass_removal import run_mass_removal
 from bench.memory import run_memory
 from bench.micro import MicroInputs, run_micro
 from bench.propagation import run_propagation
@@ -167,6 +168,11 @@ def _propagation(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     yield run_propagation(sizes.propagation_changes)
 
 
+def _mass_removal(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's default engines
+    yield run_mass_removal(sizes.removal_subscriptions, sizes.removal_held, sizes.seed)
+
+
 def _pipeline(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the job's engines are compared inside the table
     from bench.pipeline import run_pipeline_bench  # Spark loads only for this table
@@ -229,6 +235,10 @@ TABLES: Final[dict[str, BenchTable]] = {
     ),
     "propagation": BenchTable(
         "ms from a commit on one replica to a match on another (LISTEN/NOTIFY)", _propagation
+    ),
+    "mass_removal": BenchTable(
+        "a subscriber of 100,000 subscriptions removed: response, matches, /readyz",
+        _mass_removal,
     ),
     "pipeline": BenchTable(
         "msg/s of the Spark routing job against a naive cross join + rlike", _pipeline

@@ -14,7 +14,7 @@ into a new base (O(n), vectorized), which keeps every operation amortized cheap.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, TypeVar
 
@@ -28,6 +28,8 @@ from immutables import Map
 FOLD_SHARE: Final = 16
 #: ... and at least this many entries.
 FOLD_MIN: Final = 4_096
+#: ``Map.get``'s default that no entry can be (an entry of None is a removed base row).
+_ABSENT: Final = object()
 
 IdArray = npt.NDArray[np.int64]
 CodeArray = npt.NDArray[np.int32]
@@ -56,6 +58,29 @@ def numpy_view(array: pa.Array, dtype: type[_Int]) -> npt.NDArray[_Int]:
     if values is None or not len(array):
         return np.zeros(0, dtype)
     return np.frombuffer(values, dtype, len(array), array.offset * width)
+
+
+def _mask(keep: npt.NDArray[np.bool_]) -> pa.BooleanArray:
+    """A NumPy mask as an Arrow one, built from its bits (``pa.array`` of a NumPy array
+    imports pandas the first time: see ``numpy_view``)."""
+    bits = pa.py_buffer(np.packbits(keep, bitorder="little"))
+    return pa.BooleanArray.from_buffers(pa.bool_(), len(keep), [None, bits])
+
+
+def _indices(order: npt.NDArray[np.intp]) -> pa.Int64Array:
+    """NumPy positions as an Arrow array (no pandas: see ``_mask``)."""
+    values = np.ascontiguousarray(order, np.int64)
+    return pa.Int64Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _texts(texts: list[str]) -> pa.StringArray:
+    """Python strings as an Arrow string array, built from its buffers (no pandas: see
+    ``_mask``)."""
+    encoded = [text.encode() for text in texts]
+    offsets = np.zeros(len(encoded) + 1, np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    data = pa.py_buffer(b"".join(encoded))
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), data)
 
 
 class Names:
@@ -108,6 +133,25 @@ class Base:
         ids = self.ids
         i = int(np.searchsorted(ids, sub_id))
         return i if i < len(ids) and ids[i] == sub_id else -1
+
+    def contains(self, ids: Sequence[int]) -> list[bool]:
+        """Whether each of ``ids`` has a row: one vectorized search. O(k log n)."""
+        base_ids = self.ids
+        if not len(base_ids) or not len(ids):
+            return [False] * len(ids)
+        wanted = np.asarray(ids, np.int64)
+        rows = np.minimum(np.searchsorted(base_ids, wanted), len(base_ids) - 1)
+        found: list[bool] = (base_ids[rows] == wanted).tolist()
+        return found
+
+    def rows_of(self, ids: IdArray) -> npt.NDArray[np.intp]:
+        """Rows of ``ids`` (ascending) that have one, ascending. O(k log n)."""
+        base_ids = self.ids
+        if not len(base_ids) or not len(ids):
+            return np.zeros(0, np.intp)
+        rows = np.minimum(np.searchsorted(base_ids, ids), len(base_ids) - 1)
+        found: npt.NDArray[np.intp] = rows[base_ids[rows] == ids]
+        return found
 
     @property
     def nbytes(self) -> int:
@@ -225,6 +269,45 @@ class Catalog(Mapping[int, Entry]):
         )
         return Catalog(names, self.base, self.delta.set(sub_id, interned), self._count + 1)
 
+    def with_adds(self, entries: Sequence[tuple[int, Entry]]) -> Catalog:
+        """This catalog plus each (id, entry) of ``entries`` (ids distinct and absent): one
+        delta mutation. O(k log delta)."""
+        names = self.names
+        interned, code = names.names, names.code
+        mutation = self.delta.mutate()
+        for sub_id, entry in entries:
+            mutation[sub_id] = Entry(
+                interned[code(entry.tenant)],
+                interned[code(entry.subscriber)],
+                interned[code(entry.dialect)],
+                entry.pattern,
+            )
+        return Catalog(names, self.base, mutation.finish(), self._count + len(entries))
+
+    def present(self, ids: Sequence[int]) -> list[bool]:
+        """Whether each of ``ids`` is in the catalog: the base's searched at once
+        (vectorized), the delta's looked up one by one (it is small). O(k log n)."""
+        in_base = self.base.contains(ids)
+        delta = self.delta
+        if not len(delta):
+            return in_base
+        return [
+            in_base[k] if (entry := delta.get(sub_id, _ABSENT)) is _ABSENT else entry is not None
+            for k, sub_id in enumerate(ids)
+        ]
+
+    def without(self, ids: Sequence[int]) -> Catalog:
+        """This catalog without ``ids`` (distinct, each present): one delta mutation, the
+        base searched once for all of them. O(k log n)."""
+        in_base = self.base.contains(ids)
+        mutation = self.delta.mutate()
+        for sub_id, based in zip(ids, in_base, strict=True):
+            if based:
+                mutation[sub_id] = None
+            else:
+                del mutation[sub_id]
+        return Catalog(self.names, self.base, mutation.finish(), self._count - len(ids))
+
     def with_remove(self, sub_id: int) -> Catalog:
         """This catalog without ``sub_id`` (which must be present)."""
         if self.base.position(sub_id) >= 0:
@@ -245,27 +328,35 @@ class Catalog(Mapping[int, Entry]):
         if not len(self.delta):
             return self
         base, names = self.base, self.names
-        changed = np.fromiter(self.delta.keys(), np.int64, len(self.delta))
-        keep = ~np.isin(base.ids, changed)
+        changed = np.sort(np.fromiter(self.delta.keys(), np.int64, len(self.delta)))
+        keep = np.ones(len(base.ids), np.bool_)
+        keep[base.rows_of(changed)] = False
         added = sorted((i, e) for i, e in self.delta.items() if e is not None)
         new_ids = np.array([i for i, _ in added], np.int64)
-        ids = np.concatenate([base.ids[keep], new_ids])
-        order = np.argsort(ids, kind="stable")
+        kept_ids = base.ids[keep]
+        ids = np.concatenate([kept_ids, new_ids])
+        # Ids come from a sequence: new ones usually sort after every kept one, and then
+        # the concatenation is already in order (no sort, no take of the patterns).
+        ordered = not len(new_ids) or not len(kept_ids) or bool(new_ids[0] > kept_ids[-1])
+        order = None if ordered else np.argsort(ids, kind="stable")
 
         def column(old: CodeArray, field: int) -> CodeArray:
             fresh = np.array([names.code(e[field]) for _, e in added], np.int32)
-            return np.concatenate([old[keep], fresh])[order]
+            joined = np.concatenate([old[keep], fresh])
+            return joined if order is None else joined[order]
 
         patterns = pa.concat_arrays(
             [
-                base.patterns.filter(pa.array(keep)),
-                pa.array([e.pattern for _, e in added], pa.string()),
+                base.patterns.filter(_mask(keep)),
+                _texts([e.pattern for _, e in added]),
             ]
-        ).take(pa.array(order))
+        )
+        if order is not None:
+            patterns = patterns.take(_indices(order))
         return Catalog(
             names,
             Base(
-                ids[order],
+                ids if order is None else ids[order],
                 column(base.tenant, 0),
                 column(base.subscriber, 1),
                 column(base.dialect, 2),

@@ -12,8 +12,10 @@
   ids, summed text lengths per ``RANGE`` ids) are compared with the catalog's at the same
   seq, and the engines' sizes with the catalog's; only ranges or (tenant, dialect) groups
   that differ are read and repaired in place. Matching never waits for it: the comparison
-  reads a snapshot, and a repair is an ordinary ``apply``. A periodic pass is spread over
-  its interval in slices of a few ranges, each compared in its own snapshot.
+  reads a snapshot, and a repair is an ordinary ``apply``. Writes never hold it up either:
+  the catalog is brought to the snapshot's seq on a persistent copy (``_reconcile``), so a
+  pass completes under sustained writes. A periodic pass is spread over its interval in
+  slices of a few ranges, each compared in its own snapshot.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from loader.catalog import Catalog, Entry
 from loader.shadow import ShadowCheck
 from loader.table import DEFAULT_ENGINES, RoutingTable
 from matcher import Limits
 from store.db import CHANGES_CHANNEL, Database
+from store.records import Change
 from store.repository import SubscriptionRepository
 
 log = logging.getLogger(__name__)
@@ -45,8 +49,9 @@ RANGE: Final = 65_536
 RECONCILE_SLICE: Final = 2
 #: A slice's ``stop`` meaning "no upper bound" (the pass's last slice).
 _OPEN: Final = sys.maxsize
-#: Attempts to find the store and the table at the same seq before a check gives up.
-RECONCILE_TRIES: Final = 5
+#: A table further behind the store than this many changes is not compared (it is still
+#: catching up: the comparison would read and replay that many changes itself).
+RECONCILE_BEHIND: Final = PAGE
 #: Changes applied incrementally before the heap is settled again (at least).
 SETTLE_EVERY: Final = 50_000
 
@@ -85,7 +90,13 @@ class Loader:
         #: ``time.monotonic()`` of the listener's last completed catch-up (readiness).
         self.listener_beat: float | None = None
         self._settle = settle
-        self._unsettled = 0
+        #: ``time.monotonic()`` of the last slice of changes applied by any applier
+        #: (readiness: a replica working through a backlog is making progress).
+        self.progress_beat: float | None = None
+        self._settled_size = 0  # the table's size when the heap was last settled
+        #: Completed reconciliation passes, and the repairs they made (``/metrics``).
+        self.reconcile_passes = 0
+        self.reconcile_repairs = 0
         self._catch_up_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -106,6 +117,7 @@ class Loader:
         if self.reconcile_interval:
             self._spawn(self._reconcile_loop, "topicstore-reconcile")
         self.listener_beat = time.monotonic()  # listening, and caught up just now
+        self.progress_beat = self.listener_beat
         self.ready.set()
 
     def stop(self) -> None:
@@ -143,6 +155,7 @@ class Loader:
         with self._catch_up_lock:
             self._catch_up_table(table)  # changes that landed while building
             self.table = table
+            self._settled_size = len(table)
         self.db.release_memory()  # before the heap is trimmed: what DuckDB frees goes too
         if self._settle is not None:
             self._settle()
@@ -157,26 +170,46 @@ class Loader:
     def catch_up(self) -> int:
         """Apply every change past the table's seq; returns how many were applied."""
         with self._catch_up_lock:
-            applied = self._catch_up_table(self.table)
-            self._unsettled += applied
-            if self._unsettled > max(SETTLE_EVERY, len(self.table) // 4):
+            table = self.table
+            applied = self._catch_up_table(table)
+            if len(table) - self._settled_size > max(SETTLE_EVERY, self._settled_size // 4):
                 # Bulk writes grew the table by a quarter: freeze it again (see
-                # app.heap.settle), or full collections keep rescanning it.
+                # app.heap.settle), or full collections keep rescanning it. (Not after
+                # removals: what they free goes by reference counting, and a full
+                # collection would hold the GIL, and every match, for a tenth of a second.)
                 if self._settle is not None:
                     self._settle()
-                self._unsettled = 0
+                self._settled_size = len(table)
             return applied
 
     def _catch_up_table(self, table: RoutingTable) -> int:
+        """Apply the changes past ``table.seq`` in windows of ``PAGE`` seqs: a bounded range
+        is an index range scan whatever the planner's statistics say (a log that grew by
+        100,000 rows since they were taken was read with a full scan and a sort per page).
+        A window short of ``PAGE`` rows may sit before a gap in the seqs (a rolled-back
+        write), so the newest seq says when to stop."""
         applied = 0
+        cursor = table.seq
         while True:
+            end = cursor + PAGE
             with self.db.read() as session:
-                changes = SubscriptionRepository(session).changes_since(table.seq, PAGE)
-            if not changes:
-                return applied
-            applied += table.apply(changes)
-            if len(changes) < PAGE:
-                return applied
+                repo = SubscriptionRepository(session)
+                changes = repo.changes_since(cursor, PAGE, upto=end)
+                newest = repo.last_seq() if len(changes) < PAGE else None
+            if changes:
+                applied += table.apply(changes, self._progressed)
+            if newest is not None and newest <= end:
+                break
+            cursor = end  # a full window ends at its end; a short one before a gap
+        self._progressed()
+        return applied
+
+    def _progressed(self) -> None:
+        self.progress_beat = time.monotonic()
+
+    def applying(self) -> bool:
+        """Whether an applier is catching up now (readiness)."""
+        return self._catch_up_lock.locked()
 
     def lag(self) -> int:
         """Changes committed to the store but not yet applied here."""
@@ -217,45 +250,63 @@ class Loader:
 
         ``keys``: check only these id ranges (``id // RANGE``; a ``stop`` of
         ``sys.maxsize`` means no upper bound), and not the groups (the periodic loop checks
-        them with a pass's last slice). None checks everything in one snapshot."""
-        return self._reconcile(keys, groups=keys is None)
+        them with a pass's last slice). None checks everything in one snapshot, and counts
+        as a pass (``reconcile_passes``) when it completes."""
+        repaired = self._reconcile(keys, groups=keys is None)
+        if keys is None and repaired is not None:
+            self.reconcile_passes += 1
+        return bool(repaired)
 
-    def _reconcile(self, keys: range | None, *, groups: bool) -> bool:
+    def _reconcile(self, keys: range | None, *, groups: bool) -> bool | None:
+        """One check of ``keys`` (see ``reconcile``); None when it could not complete (the
+        table was rebuilt meanwhile, or is more than ``RECONCILE_BEHIND`` changes behind).
+
+        No quiet moment is needed. The store is read in one snapshot, at change seq S; the
+        table's catalog taken just before is at some V <= S, and as it is persistent, the
+        changes (V, S] of that same snapshot are applied to a copy of it, which gives the
+        table's contents at S without touching the live table. What differs at S is then
+        repaired in the live table, which meanwhile moved on to some T >= S: the ids that
+        changes (S, T] touched are left alone (those changes set them), and so are their
+        group memberships."""
         low = 0 if keys is None else keys.start * RANGE
         high = None if keys is None or keys.stop >= _OPEN else keys.stop * RANGE
-        for _ in range(RECONCILE_TRIES):
-            with self.db.sessions() as session:
-                if self.db.is_postgres:
-                    session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-                repo = SubscriptionRepository(session)
-                seq = repo.last_seq()  # fixes this transaction's snapshot
-                self.catch_up()
-                table = self.table
-                view = table.snapshot()
-                if view.seq != seq:
-                    continue  # a write landed in between: try again
-                theirs = repo.range_stats(RANGE, low, high)
-                ours = view.entries.range_stats(RANGE)
-                if keys is not None:
-                    ours = {k: v for k, v in ours.items() if k in keys}
-                ranges = sorted(
-                    k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k)
-                )
-                stored = [row for k in ranges for row in repo.between(k * RANGE, (k + 1) * RANGE)]
-                # shared subscriptions: few rows, compared whole
-                members = repo.members() if groups else None
+        table = self.table
+        view = table.snapshot()
+        with self.db.sessions() as session:
+            if self.db.is_postgres:
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            repo = SubscriptionRepository(session)
+            seq = repo.last_seq()  # fixes this transaction's snapshot: seq >= view.seq
+            if seq - view.seq > RECONCILE_BEHIND:
+                return None  # catching up: the change log will do for now
+            entries = _with_changes(view.entries, repo.changes_since(view.seq, PAGE, upto=seq))
+            theirs = repo.range_stats(RANGE, low, high)
+            ours = entries.range_stats(RANGE)
+            if keys is not None:
+                ours = {k: v for k, v in ours.items() if k in keys}
+            ranges = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k))
+            stored = [row for k in ranges for row in repo.between(k * RANGE, (k + 1) * RANGE)]
+            # shared subscriptions: few rows, compared whole
+            members = repo.members() if groups else None
+        repaired = 0
+        if ranges or members is not None:
             with self._catch_up_lock:
-                if table is not self.table or table.seq != seq:
-                    continue
-                repaired = table.repair(stored, ranges, RANGE)
+                if table is not self.table:
+                    return None  # rebuilt meanwhile: compared with a table no longer served
+                self._catch_up_table(table)  # at least to seq, so (seq, T] is all there is
+                with self.db.read() as session:
+                    later = SubscriptionRepository(session).changes_since(
+                        seq, sys.maxsize, upto=table.seq
+                    )
+                touched = {change.subscription_id for change in later}
+                repaired = table.repair(stored, ranges, RANGE, keep=touched)
                 if members is not None:
                     repaired += table.repair_groups()
-                    repaired += table.repair_members(members)
-            if repaired:
-                log.warning("routing table drifted from the store: %d repairs", repaired)
-            return bool(repaired)
-        log.warning("reconciliation found no quiet moment in %d tries; will retry", RECONCILE_TRIES)
-        return False
+                    repaired += table.repair_members(_members_after(members, later))
+        self.reconcile_repairs += repaired
+        if repaired:
+            log.warning("routing table drifted from the store: %d repairs", repaired)
+        return bool(repaired)
 
     def reconcile_slices(self) -> list[range]:
         """One pass's slices: ``RECONCILE_SLICE`` id ranges each over the table's ranges,
@@ -277,10 +328,43 @@ class Loader:
         while True:
             slices = self.reconcile_slices()
             pause = self.reconcile_interval / len(slices)
+            complete = True
             for i, keys in enumerate(slices):
                 if self._stop.wait(pause):
                     return
                 try:
-                    self._reconcile(keys, groups=i == len(slices) - 1)
+                    complete &= self._reconcile(keys, groups=i == len(slices) - 1) is not None
                 except (sa.exc.SQLAlchemyError, psycopg.Error) as e:
                     log.warning("reconciliation failed (%s); will retry", e)
+                    complete = False
+            if complete:
+                self.reconcile_passes += 1
+
+
+def _with_changes(entries: Catalog, changes: Sequence[Change]) -> Catalog:
+    """``entries`` with ``changes`` applied as ``RoutingTable.apply`` applies them (an add
+    already present or a remove of an absent id changes nothing); the persistent catalog
+    returns a new one and ``entries`` stays as it was."""
+    for change in changes:
+        sub_id = change.subscription_id
+        if change.op == "add":
+            if sub_id not in entries:
+                entry = Entry(change.tenant, change.subscriber, change.dialect, change.pattern)
+                entries = entries.with_add(sub_id, entry)
+        elif sub_id in entries:
+            entries = entries.with_remove(sub_id)
+    return entries
+
+
+def _members_after(
+    members: Sequence[tuple[int, str, str, str | None]], changes: Sequence[Change]
+) -> list[tuple[int, str, str, str | None]]:
+    """The stored group memberships ``members`` with ``changes`` (later ones) applied."""
+    by_id = {member[0]: member for member in members}
+    for change in changes:
+        sub_id = change.subscription_id
+        if change.op == "add" and change.group is not None:
+            by_id[sub_id] = (sub_id, change.tenant, change.group, change.group_policy)
+        elif change.op == "remove":
+            by_id.pop(sub_id, None)
+    return [by_id[sub_id] for sub_id in sorted(by_id)]

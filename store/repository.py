@@ -509,12 +509,22 @@ class SubscriptionRepository:
             if group is not None  # the policy is set with it (store.groups)
         ]
 
-    def changes_since(self, seq: int, limit: int = 10_000) -> list[Change]:
-        """Changes with a sequence number above ``seq``, oldest first."""
-        rows = self.session.scalars(
-            sa.select(ChangeLog).where(ChangeLog.seq > seq).order_by(ChangeLog.seq).limit(limit)
-        )
-        return [_change(row.seq, row.op, row.subscription_id, row) for row in rows]
+    def changes_since(self, seq: int, limit: int = 10_000, upto: int | None = None) -> list[Change]:
+        """Changes with a sequence number above ``seq`` (and at most ``upto``), oldest
+        first. Plain rows, not ORM objects: a loader reads a mass removal's 100,000
+        changes through here, and an ORM object per row tripled the read's cost."""
+        table = ChangeLog.__table__
+        query = sa.select(
+            table.c.seq, table.c.op, table.c.subscription_id, *(table.c[n] for n in _CHANGE_COLUMNS)
+        ).where(table.c.seq > seq)
+        if upto is not None:
+            query = query.where(table.c.seq <= upto)
+        return [
+            Change(seq_, op, sub_id, t, s, p, d, k, criteria_tuple(c), m, *grouped)
+            for seq_, op, sub_id, t, s, p, d, k, c, m, *grouped in self.session.execute(
+                query.order_by(table.c.seq).limit(limit)
+            )
+        ]
 
     def group_policies(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Policy]:
         """The stored policy of each (tenant, group) in ``keys`` that has members (every

@@ -179,6 +179,18 @@ class ServiceCollector(Collector):
             value=table.refused,
         )
         yield CounterMetricFamily(
+            "topicstore_reconcile_passes",
+            "Completed reconciliation passes: every id range and group compared with the "
+            "store at one change-log position (TOPICSTORE_RECONCILE_INTERVAL)",
+            value=loader.reconcile_passes,
+        )
+        yield CounterMetricFamily(
+            "topicstore_reconcile_repairs",
+            "Subscriptions and (tenant, dialect) engines reconciliation found drifted from "
+            "the store and repaired",
+            value=loader.reconcile_repairs,
+        )
+        yield CounterMetricFamily(
             "topicstore_shadow_disagreements",
             "Shadow checks where an engine disagreed with the answering one (a bug)",
             value=loader.shadow.disagreements,

@@ -1,10 +1,13 @@
 """``/readyz`` with a bound, on a real uvicorn and PostgreSQL: it stays 200 under steady
-writes from another writer (a change in flight is not "behind"), and turns 503 when the
-replica really falls behind (its change listener cut off from the store), then 200 again.
-Per-tenant counts show only to the operator."""
+writes from another writer (a change in flight is not "behind"; reconciliation completes
+its passes meanwhile, counted in ``/metrics``), and turns 503 when the
+replica really falls behind (its change listener cut off from the store), then 200 again;
+a replica working through a long backlog stays ready, one that stops making progress or is
+far behind does not. Per-tenant counts show only to the operator."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -13,11 +16,14 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from harness.scratch_db import libpq_dsn, scratch_database
 from harness.server import Server, running_server
+from loader import Loader
+from loader.readiness import BACKLOG_GRACE, probe
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository
 from tests.app.conftest import A_HEADERS, ADMIN_HEADERS
@@ -48,7 +54,8 @@ def own_database() -> Iterator[str]:
 def test_readyz_does_not_flap_under_steady_writes(tmp_path: Path, own_database: str) -> None:
     database = own_database
     db = Database(database)
-    with running_server(tmp_path, settings_for(database)) as server:
+    settings = settings_for(database, reconcile_interval="0.5")
+    with running_server(tmp_path, settings) as server:
         server.wait_until("/readyz", 200)
         done = threading.Event()
         written: list[int] = []
@@ -104,6 +111,10 @@ def test_readyz_does_not_flap_under_steady_writes(tmp_path: Path, own_database: 
     assert series in scraped["operator"]
     assert "topicstore_tenant_subscriptions" not in scraped["anyone"] + scraped["tenant"]
     assert f"topicstore_subscriptions {len(written)}.0" in scraped["anyone"]
+    # Reconciliation completes its passes under the writes (it needs no quiet moment).
+    passes = re.search(r"^topicstore_reconcile_passes_total (\S+)$", scraped["anyone"], re.M)
+    assert passes is not None and float(passes[1]) >= 1, scraped["anyone"]
+    assert "topicstore_reconcile_repairs_total 0.0" in scraped["anyone"]
 
 
 def _listener_backend(admin: psycopg.Connection[tuple[object, ...]], name: str) -> int | None:
@@ -156,3 +167,53 @@ def test_readyz_is_503_once_the_listener_falls_behind_the_bound(tmp_path: Path) 
             assert body["seq"] == 2 and body["lag"] == 0
             print(f"200 again {waited:.2f} s after the database took connections again")
         db.dispose()
+
+
+def _slow_write(db: Database, pattern: str, seconds: float) -> None:
+    """A write whose transaction lasts ``seconds``: its change is that old when it commits
+    (a change's age counts from its transaction's start)."""
+    with db.write() as session:
+        session.execute(sa.text("SELECT pg_sleep(:s)"), {"s": seconds})
+        SubscriptionRepository(session).add_many([NewSubscription("w", pattern)])
+
+
+def test_a_replica_making_progress_on_a_backlog_stays_ready(own_database: str) -> None:
+    """The rules of ``loader.readiness`` on a live loader: holding the catch-up lock plays
+    an applier in the middle of a long backlog (the listener waits for it meanwhile)."""
+    bound_s = 0.2
+    db, writer = Database(own_database), Database(own_database)  # another replica writes
+    loader = Loader(db, poll_interval=0.5)
+    loader.start()
+    try:
+        with loader._catch_up_lock:
+            _slow_write(writer, "backlog.old", 2 * bound_s)  # older than the bound at once
+            loader.listener_beat = time.monotonic() - 2 * bound_s  # waiting for the applier
+            loader.progress_beat = time.monotonic()  # ... which just applied a slice
+            verdict = probe(loader, bound_s)
+            assert verdict.ready and verdict.lag == 1 and verdict.lag_seconds, verdict
+            assert verdict.lag_seconds > bound_s, verdict
+
+            loader.progress_beat = time.monotonic() - 2 * bound_s  # no slice for too long
+            verdict = probe(loader, bound_s)
+            assert (verdict.ready, verdict.reason) == (False, "listener_stalled"), verdict
+
+            _slow_write(writer, "backlog.older", (BACKLOG_GRACE + 1) * bound_s)
+            loader.progress_beat = time.monotonic()  # progressing, but far behind
+            verdict = probe(loader, bound_s)
+            assert (verdict.ready, verdict.reason) == (False, "behind"), verdict
+        loader.catch_up()  # what the waiting listener does once the lock is free
+        loader.listener_beat = time.monotonic()
+        verdict = probe(loader, bound_s)
+        assert verdict.ready and verdict.lag == 0 and len(loader.table) == 2, verdict
+
+        # Not applying: a listener that stopped beating is stalled, whatever the last
+        # slice was.
+        loader.stop()
+        loader.listener_beat = time.monotonic() - 2 * bound_s
+        loader.progress_beat = time.monotonic()
+        verdict = probe(loader, bound_s)
+        assert (verdict.ready, verdict.reason) == (False, "listener_stalled"), verdict
+    finally:
+        loader.stop()
+        db.dispose()
+        writer.dispose()

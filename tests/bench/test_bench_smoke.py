@@ -73,6 +73,7 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     ],
     "startup": ["postgresql", "duckdb"],
     "propagation": ["subscribe A -> B"],
+    "mass_removal": ["this build"],
 }
 #: tests/pipeline runs the pipeline table on its own shared Spark session.
 SUITE_TABLES = [name for name in TABLES if name != "pipeline"]
@@ -108,6 +109,7 @@ def test_registry_names_every_table() -> None:
         "import_load",
         "startup",
         "propagation",
+        "mass_removal",
         "pipeline",
     ]
 

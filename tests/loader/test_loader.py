@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+import loader.loader as loader_module
 from harness.scratch_db import libpq_dsn
 from loader import Loader
 from migrations.runner import upgrade
@@ -106,6 +107,31 @@ def test_replicas_converge_through_notifications(
     assert _table_ids(replica_a) == _table_ids(replica_b) == _store_ids(a)
     a.dispose()
     b.dispose()
+
+
+def test_catch_up_crosses_gaps_in_the_seqs_wider_than_a_window(
+    database: Database, started: Callable[[Database], Loader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change log is read in windows of ``PAGE`` seqs; a write rolled back after drawing
+    seqs leaves a gap wider than a window, and the changes past it are still applied (the
+    newest seq says there is more), both a few and more than a window's worth."""
+    monkeypatch.setattr(loader_module, "PAGE", 4)
+    first = _add(database, Sub("q", "a.#"))
+    loader = started(database)
+    with pytest.raises(RuntimeError), database.sessions.begin() as session:
+        repo = SubscriptionRepository(session)
+        for i in range(11):  # draws 11 change seqs, then rolls back
+            repo.add(validate(Sub("gone", f"gone.{i}")))
+        raise RuntimeError("rolled back")
+    later = _add(database, *(Sub("q", f"b.{i}") for i in range(9)))
+    assert sorted(_table_ids(loader)) == sorted(first + later)
+    assert loader.table.seq == _last_seq(database)
+    loader.table._check()
+
+
+def _last_seq(db: Database) -> int:
+    with db.read() as session:
+        return SubscriptionRepository(session).last_seq()
 
 
 def test_writers_commit_in_sequence_order(postgres_url: str) -> None:
@@ -382,3 +408,96 @@ def test_groups_survive_the_startup_build_and_drift_is_repaired(
     delivered = table.deliver("default", table.match("default", "amqp", "jobs.1"), "k")
     assert sorted(delivered.ids) == sorted(ids)
     assert not loader.reconcile()
+
+
+def test_reconcile_completes_and_repairs_under_sustained_writes(
+    database: Database, started: Callable[[Database], Loader]
+) -> None:
+    """A writer thread commits adds and removes without pause while reconciliation runs:
+    every call completes a pass (it compares at one change-log position, so it needs no
+    quiet moment) and repairs drift injected meanwhile, in the store behind the change
+    log's back and in the engines, while the writer's own changes are left to the change
+    log. Once the writer stops, the table equals the store."""
+    ids = _add(database, Sub("q", "a.#"), Sub("q", "b.#"), Sub("q", "c.#"))
+    loader = started(database)
+    stop = threading.Event()
+    written: list[int] = []
+    failures: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            while not stop.is_set():
+                sub_id = _add(database, Sub("w", f"churn.{len(written)}"))[0]
+                if len(written) % 2:
+                    _remove(database, sub_id)
+                written.append(sub_id)
+        except BaseException as e:
+            failures.append(e)
+            raise
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        eventually(lambda: len(written) >= 10)
+        assert not loader.reconcile() and loader.reconcile_passes == 1
+        with database.engine.begin() as conn:  # behind the change log's back
+            conn.execute(
+                sa.text("UPDATE subscription SET pattern = 'dd.#' WHERE id = :i"), {"i": ids[1]}
+            )
+        for matcher in loader.table._topic[("default", "amqp")].values():
+            matcher.unsubscribe(ids[0])  # and in the engines
+        assert loader.reconcile()
+        # one subscription re-read and replaced, one (tenant, dialect)'s engines rebuilt
+        assert loader.reconcile_passes == 2 and loader.reconcile_repairs == 2
+        assert set(loader.table.match("default", "amqp", "a.x")) == {ids[0]}
+        assert set(loader.table.match("default", "amqp", "dd.x")) == {ids[1]}
+        assert not loader.table.match("default", "amqp", "b.x")
+        for _ in range(3):
+            assert not loader.reconcile()
+        assert loader.reconcile_passes == 5
+        eventually(lambda: len(written) >= 30)
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures
+    loader.catch_up()
+    assert _table_ids(loader) == _store_ids(database)
+    loader.table._check()
+
+
+def _add_unannounced(db: Database, *items: NewSubscription) -> list[int]:
+    """``_add`` without this process's after-commit hooks: as another replica's write,
+    which this process's loader learns of from the change log only."""
+    with db.sessions.begin() as session:
+        repo = SubscriptionRepository(session)
+        return [repo.add(validate(item))[0].id for item in items]
+
+
+def test_reconcile_compares_a_table_behind_the_store_at_the_store_s_seq(
+    database: Database, started: Callable[[Database], Loader]
+) -> None:
+    """Changes committed but not yet applied when the store's snapshot is read (another
+    replica's, while this one's applier is busy): they are replayed on a copy of the
+    catalog, so the comparison finds no drift and completes without waiting for the
+    applier; drift found later is repaired once the table has caught up."""
+    ids = _add(database, Sub("q", "a.#"), Sub("q", "b.#"))
+    loader = started(database)
+    outcome: list[bool] = []
+    every_range = range(0, sys.maxsize)  # the ranges, not the groups (see Loader.reconcile)
+    check = threading.Thread(target=lambda: outcome.append(loader.reconcile(every_range)))
+    with loader._catch_up_lock:  # an applier is busy: the table cannot move
+        late = _add_unannounced(database, Sub("r", "e.#"), Sub("r", "f.#"))
+        check.start()
+        check.join(timeout=60)  # returns at once unless it waits for the lock (a failure)
+        assert outcome == [False]
+        assert late[0] not in _table_ids(loader)  # still behind
+    check.join()
+    with database.engine.begin() as conn:  # behind the change log's back
+        conn.execute(sa.text("DELETE FROM subscription WHERE id = :i"), {"i": ids[1]})
+    _add_unannounced(database, Sub("r", "g.#"))
+    assert loader.reconcile() and loader.reconcile_repairs == 1
+    assert _table_ids(loader) == _store_ids(database)
+    assert set(loader.table.match("default", "amqp", "e.x")) == {late[0]}
+    assert not loader.table.match("default", "amqp", "b.x")
+    loader.table._check()
+    assert not loader.reconcile() and loader.reconcile_passes == 2

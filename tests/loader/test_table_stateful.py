@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import loader.catalog
 from loader import Entry, RoutingTable, Snapshot
-from loader.table import as_change
+from loader.table import APPLY_SLICE, as_change
 from matcher import CapacityError, MatcherError, create_matcher
 from matcher.cache import CachedMatcher
 from store.records import Change, headers_pattern
@@ -267,3 +267,64 @@ def test_capacity_checks_reach_the_engine_behind_a_result_cache() -> None:
         table.check_room([("t", "amqp", "w2.#")])
     assert refused.value.code == "too_many_trie_nodes"
     table.check_room([("t", "headers", "x"), ("u", "amqp", "w2.#")])  # other groups
+
+
+@pytest.mark.parametrize("fold_min", [loader.catalog.FOLD_MIN, 500])
+def test_a_mass_removal_applies_in_slices_and_leaves_exactly_the_rest(
+    monkeypatch: pytest.MonkeyPatch, fold_min: int
+) -> None:
+    """A run of adds (one already present, one twice), then thousands of removes in one
+    ``apply`` (ids of the bulk-built base and of the delta, one removed twice, one never
+    present, an add in between): applied in slices, each
+    published at its last seq and reported to ``progress``; afterwards the catalog, the
+    names and both engines hold exactly what a plain dict says is left. With a low
+    ``FOLD_MIN`` the catalog folds its delta into the base between slices too."""
+    monkeypatch.setattr(loader.catalog, "FOLD_MIN", fold_min)
+    size = 3 * APPLY_SLICE + 500
+    table = RoutingTable(("native", "optimized_inverted_bitmap"))
+    table.load_columns(
+        pa.table(
+            {
+                "id": list(range(size)),
+                "tenant": ["t"] * size,
+                "subscriber": ["heavy" if i % 2 == 0 else f"s{i}" for i in range(size)],
+                "dialect": ["amqp"] * size,
+                "pattern": [f"w{i % 7}.{i}.#" for i in range(size)],
+            }
+        ),
+        1,
+    )
+    late = {
+        i: Entry("t", "heavy" if i % 2 == 0 else "late", "amqp", f"w{i % 7}.*")
+        for i in range(size, size + 100)
+    }
+    adds = [as_change(2, "add", i, entry) for i, entry in late.items()]
+    present = as_change(2, "add", 0, Entry("t", "heavy", "amqp", "w0.0.#"))
+    assert table.apply([present, *adds, adds[5]]) == len(late)  # one run of adds
+    expected = dict(table.snapshot().entries.items())
+    assert len(expected) == size + 100 and expected[size + 1] == late[size + 1]
+    doomed = [i for i in expected if i % 2 == 0]
+    changes = [as_change(3 + k, "remove", i, expected[i]) for k, i in enumerate(doomed)]
+    extra = Entry("t", "new", "amqp", "w1.#")
+    changes.insert(len(changes) // 2, as_change(0, "add", size + 500, extra))
+    changes.insert(10, changes[3])  # removed twice
+    changes.append(as_change(0, "remove", 10**6, extra))  # never present
+    for k, change in enumerate(changes):
+        changes[k] = replace(change, seq=3 + k)
+    published: list[int] = []
+
+    assert table.apply(changes, lambda: published.append(table.seq)) == len(doomed) + 1
+
+    for i in doomed:
+        del expected[i]
+    expected[size + 500] = extra
+    assert dict(table.snapshot().entries.items()) == expected
+    assert table.seq == changes[-1].seq == published[-1]
+    assert len(published) == -(-len(changes) // APPLY_SLICE)
+    assert published == sorted(published) and len(set(published)) == len(published)
+    assert table.subscribers(doomed) == [] and table.subscribers([1, size + 500]) == ["new", "s1"]
+    for topic in ("w1.x", "w2.15", "w1.1.y"):
+        naive = create_matcher("naive")
+        naive.subscribe_many((i, e.pattern) for i, e in expected.items())
+        assert set(table.match("t", "amqp", topic)) == set(naive.match(topic)), topic
+    table._check()
