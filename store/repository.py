@@ -8,66 +8,32 @@ row in the same transaction and, on PostgreSQL, rings the ``topicstore_changes``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Final, cast
 
 import pyarrow as pa
-import pyarrow.csv as pa_csv
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from matcher.groups import Policy, check_policy
 from store import pending
+from store.columns import read_columns
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
+from store.staging import NEW_COLUMNS, QUOTE, stage
 
 _SUBSCRIPTION: Final = Subscription.__table__
 _TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
-#: Columns a new subscription sets (the others, id and created_at, the database fills).
-_NEW_COLUMNS: Final = tuple(
-    c.name for c in _SUBSCRIPTION.columns if c.name in NewSubscription.__dataclass_fields__
-)
+_NEW_COLUMNS: Final = NEW_COLUMNS
 #: Columns copied from a subscription into its change_log rows.
 _CHANGE_COLUMNS: Final = tuple(name for name in _NEW_COLUMNS if name in ChangeLog.__table__.columns)
-_JSON_COLUMNS: Final = frozenset(
-    c.name for c in _SUBSCRIPTION.columns if isinstance(c.type, sa.JSON)
-)
 _STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__)
 MAX_PAGE: Final = 1_000
-#: What a loader builds from (``columns``).
-_COLUMN_NAMES: Final = ("id", "tenant", "subscriber", "dialect", "pattern")
-_COLUMNS_SCHEMA: Final = pa.schema(
-    [("id", pa.int64()), *((name, pa.string()) for name in _COLUMN_NAMES[1:])]
-)
-#: The PostgreSQL startup read (``_postgres_chunks``): rows per statement, the field
-#: separator (a control character: refused in names and patterns), the statement, and how
-#: Arrow splits its answer (no quoting, and an empty line is a line: see there).
-_CHUNK_ROWS: Final = 65_536
-_SEPARATOR: Final = "\x1f"
-_CHUNK_QUERY: Final = (
-    "SELECT count(*), max(id), convert_to(string_agg(concat_ws(E'\\x1f', "
-    + ", ".join(_COLUMN_NAMES)
-    + ", ''), E'\\n'), 'UTF8') FROM (SELECT "
-    + ", ".join(_COLUMN_NAMES)
-    + " FROM subscription WHERE id > %s ORDER BY id LIMIT %s) AS chunk"
-)
-_CHUNK_FIELDS: Final = (*_COLUMN_NAMES, "end")
-_CHUNK_PARSE: Final = pa_csv.ParseOptions(
-    delimiter=_SEPARATOR,
-    quote_char=False,
-    double_quote=False,
-    escape_char=False,
-    ignore_empty_lines=False,
-)
 #: What makes a subscription unique (the unique constraint), in SQL over ``st`` (staging)
 #: and ``s`` (subscription).
 _KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
-#: Column names as SQL text, quoted where they are reserved words ("group").
-_QUOTE: Final = postgresql.dialect().identifier_preparer.quote  # type: ignore[no-untyped-call]
+_QUOTE: Final = QUOTE
 _COLUMNS_SQL: Final = ", ".join(map(_QUOTE, _NEW_COLUMNS))
 _CHANGE_SQL: Final = ", ".join(map(_QUOTE, _CHANGE_COLUMNS))
 _KEY: Final = ", ".join(_KEY_COLUMNS)
@@ -87,24 +53,6 @@ def _stored(row: Any) -> StoredSubscription:
     values = {name: getattr(row, name) for name in _STORED_FIELDS}
     values["criteria"] = criteria_tuple(row.criteria)
     return StoredSubscription(**values)
-
-
-#: A new subscription's column values, in ``_NEW_COLUMNS`` order (JSON ones as Python).
-_ROW: Final = attrgetter(*_NEW_COLUMNS)
-#: Where the JSON columns sit in a staged row (after ``ord``).
-_JSON_AT: Final = tuple(
-    (i + 1, name) for i, name in enumerate(_NEW_COLUMNS) if name in _JSON_COLUMNS
-)
-
-
-def _json_columns(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A staged row with its JSON columns as JSON text (criteria pairs as lists)."""
-    values = list(row)
-    for at, name in _JSON_AT:
-        value = values[at]
-        if value is not None:
-            values[at] = json.dumps([list(c) for c in value] if name == "criteria" else value)
-    return tuple(values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +143,7 @@ class SubscriptionRepository:
         session = self.session
         before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
         max_before = int(before.scalar_one())
-        self._stage(items)
+        stage(self.session, items, postgres=self._postgres)
         insert = (
             f"INSERT INTO subscription ({_COLUMNS_SQL}) SELECT {_COLUMNS_SQL} FROM ("
             f"SELECT *, row_number() OVER (PARTITION BY {_KEY} ORDER BY ord) AS nth "
@@ -320,35 +268,6 @@ class SubscriptionRepository:
         )
         pending.pending(self.session).ring = True
 
-    def _stage(self, items: Sequence[NewSubscription]) -> None:
-        """Rows of ``items`` into a temporary ``staging`` table with the subscription
-        columns' own types (plus ``ord``, the item's position)."""
-        session = self.session
-        dialect = session.get_bind().dialect
-        columns = ", ".join(
-            f"{_QUOTE(name)} {_SUBSCRIPTION.c[name].type.compile(dialect=dialect)}"
-            for name in _NEW_COLUMNS
-        )
-        session.execute(sa.text(f"CREATE TEMPORARY TABLE staging (ord BIGINT, {columns})"))
-        rows = [(i, *_ROW(item)) for i, item in enumerate(items)]
-        if any(item.criteria is not None or item.labels is not None for item in items):
-            rows = [_json_columns(row) for row in rows]
-        raw = session.connection().connection.driver_connection
-        assert raw is not None
-        if self._postgres:
-            with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        else:
-            # DuckDB reads an Arrow table in one vectorized insert (executemany is per row).
-            names = ("ord", *_NEW_COLUMNS)
-            arrays = dict(zip(names, zip(*rows, strict=True), strict=True))
-            raw.register("staging_rows", pa.table(arrays))
-            try:
-                raw.execute("INSERT INTO staging SELECT * FROM staging_rows")
-            finally:
-                raw.unregister("staging_rows")
-
     # -- reads --------------------------------------------------------------------------
 
     def get(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
@@ -434,22 +353,10 @@ class SubscriptionRepository:
 
     def columns(self) -> pa.Table:
         """Every subscription's id, tenant, subscriber, dialect and pattern as one Arrow
-        table in id order, read without a Python object per row. DuckDB gives its own Arrow
-        result. PostgreSQL aggregates ``_CHUNK_ROWS`` rows at a time into one text value,
-        parsed by Arrow (``_postgres_chunks``). Runs on the session's transaction, so it
-        sees the same snapshot as its other reads."""
+        table in id order, without a Python object per row (``store.columns``), on the
+        session's transaction: the same snapshot as its other reads."""
         raw = self.session.connection().connection.driver_connection
-        assert raw is not None
-        if not self._postgres:
-            query = f"SELECT {', '.join(_COLUMN_NAMES)} FROM subscription ORDER BY id"
-            # In chunks, combined into one copy in Arrow's pool: DuckDB's own buffers are
-            # then all freed here, and its allocator hands them back (store.db).
-            result: pa.Table = raw.execute(query).to_arrow_table(_CHUNK_ROWS)
-            return result.cast(_COLUMNS_SCHEMA).combine_chunks()
-        chunks = _postgres_chunks(raw)
-        if chunks is None:
-            chunks = [_postgres_csv(raw)]
-        return pa.concat_tables(chunks) if chunks else _COLUMNS_SCHEMA.empty_table()
+        return read_columns(raw, self._postgres)
 
     def range_stats(
         self, bucket: int, low: int = 0, high: int | None = None
@@ -575,63 +482,3 @@ class SubscriptionRepository:
         if created_at is None:
             return int(newest or 0), 0.0
         return int(newest or 0), max(0.0, (now - created_at).total_seconds())
-
-
-def _parse(data: bytes, parse: pa_csv.ParseOptions, names: Sequence[str]) -> pa.Table:
-    """Arrow's CSV reader on ``data``, whose lines hold ``names`` (of which it keeps
-    ``_COLUMN_NAMES``)."""
-    return pa_csv.read_csv(
-        pa.py_buffer(data),
-        read_options=pa_csv.ReadOptions(column_names=list(names)),
-        parse_options=parse,
-        convert_options=pa_csv.ConvertOptions(
-            column_types=_COLUMNS_SCHEMA,
-            include_columns=list(_COLUMN_NAMES),
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        ),
-    )
-
-
-def _postgres_chunks(raw: Any) -> list[pa.Table] | None:
-    """The startup read of ``columns`` on PostgreSQL: one statement per ``_CHUNK_ROWS``
-    rows (keyset on id) answering one value, their lines joined by PostgreSQL, fields
-    separated by ``_SEPARATOR`` and one more after the last, no quoting, parsed by Arrow.
-    A CSV ``COPY`` sends a protocol message per row, and taking a million of them in
-    Python cost more than PostgreSQL's work (psycopg's generator, 1-2 µs a row, holding
-    the GIL: 1.7-2.5 s CPU against 0.4-0.6 s here, load average 10), so the read could not
-    overlap with anything; here Python waits with the GIL released and parses 16 values.
-
-    Exact or nothing: a value holding a line break or the separator (validation refuses
-    both, ``store.records``, but a row written by hand could) makes a line too many or a
-    field too many, so anything but ``count`` lines of six fields is refused, and None
-    sends the caller to the quoted CSV ``COPY``. (The empty sixth field keeps a value's
-    ``\\r`` off the line's ``\\n``: Arrow would read the two as one line break. An empty
-    line is a line here, so a value's trailing break is counted too.)"""
-    tables: list[pa.Table] = []
-    last = -(2**63)
-    with raw.cursor(binary=True) as cursor:
-        while True:
-            cursor.execute(_CHUNK_QUERY, (last, _CHUNK_ROWS), binary=True)
-            count, last, data = cursor.fetchone()
-            if not count:
-                return tables
-            try:
-                table = _parse(data, _CHUNK_PARSE, _CHUNK_FIELDS)
-            except pa.ArrowInvalid:
-                return None
-            if table.num_rows != count:
-                return None
-            tables.append(table)
-            if count < _CHUNK_ROWS:
-                return tables
-
-
-def _postgres_csv(raw: Any) -> pa.Table:
-    """Every row as one quoted CSV ``COPY``, parsed by Arrow: exact for any text, slower
-    (a protocol message per row); see ``_postgres_chunks``."""
-    query = f"SELECT {', '.join(_COLUMN_NAMES)} FROM subscription ORDER BY id"
-    chunks: list[bytes] = []
-    with raw.cursor() as cursor, cursor.copy(f"COPY ({query}) TO STDOUT (FORMAT csv)") as copy:
-        chunks.extend(bytes(chunk) for chunk in copy)
-    return _parse(b"".join(chunks), pa_csv.ParseOptions(), _COLUMN_NAMES)

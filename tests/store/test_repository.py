@@ -14,7 +14,7 @@ from store import (
     InvalidSubscriptionError,
     NewSubscription,
     SubscriptionRepository,
-    repository,
+    columns,
     validate,
 )
 from store.export import export_parquet
@@ -251,7 +251,7 @@ def test_columns_reads_every_row_exactly(
 ) -> None:
     """The startup read, in id order, text as stored (quotes, commas, tab, non-ASCII, an
     empty pattern); on PostgreSQL across several statements when chunks are small."""
-    monkeypatch.setattr(repository, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(columns, "_CHUNK_ROWS", chunk_rows)
     assert _columns(database) == []
     _insert_by_hand(database, _ODD_ROWS)
     expected = [(i, t, s, d, p) for i, (t, s, p, d) in enumerate(_ODD_ROWS, start=1)]

@@ -1,0 +1,74 @@
+"""A batch of new subscriptions into a temporary ``staging`` table, the first step of a
+bulk add (``SubscriptionRepository.add_many``): COPY on PostgreSQL, one Arrow insert on
+DuckDB (whose ``executemany`` goes row by row)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any, Final
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import Session
+
+from store.models import Subscription
+from store.records import NewSubscription
+
+_SUBSCRIPTION: Final = Subscription.__table__
+#: Columns a new subscription sets (the others, id and created_at, the database fills).
+NEW_COLUMNS: Final = tuple(
+    c.name for c in _SUBSCRIPTION.columns if c.name in NewSubscription.__dataclass_fields__
+)
+_JSON_COLUMNS: Final = frozenset(
+    c.name for c in _SUBSCRIPTION.columns if isinstance(c.type, sa.JSON)
+)
+#: Column names as SQL text, quoted where they are reserved words ("group").
+QUOTE: Final = postgresql.dialect().identifier_preparer.quote  # type: ignore[no-untyped-call]
+#: A new subscription's column values, in ``NEW_COLUMNS`` order (JSON ones as Python).
+_ROW: Final = attrgetter(*NEW_COLUMNS)
+#: Where the JSON columns sit in a staged row (after ``ord``).
+_JSON_AT: Final = tuple(
+    (i + 1, name) for i, name in enumerate(NEW_COLUMNS) if name in _JSON_COLUMNS
+)
+
+
+def _json_columns(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A staged row with its JSON columns as JSON text (criteria pairs as lists)."""
+    values = list(row)
+    for at, name in _JSON_AT:
+        value = values[at]
+        if value is not None:
+            values[at] = json.dumps([list(c) for c in value] if name == "criteria" else value)
+    return tuple(values)
+
+
+def stage(session: Session, items: Sequence[NewSubscription], *, postgres: bool) -> None:
+    """Rows of ``items`` into a temporary ``staging`` table with the subscription
+    columns' own types (plus ``ord``, the item's position)."""
+    dialect = session.get_bind().dialect
+    columns = ", ".join(
+        f"{QUOTE(name)} {_SUBSCRIPTION.c[name].type.compile(dialect=dialect)}"
+        for name in NEW_COLUMNS
+    )
+    session.execute(sa.text(f"CREATE TEMPORARY TABLE staging (ord BIGINT, {columns})"))
+    rows = [(i, *_ROW(item)) for i, item in enumerate(items)]
+    if any(item.criteria is not None or item.labels is not None for item in items):
+        rows = [_json_columns(row) for row in rows]
+    raw = session.connection().connection.driver_connection
+    assert raw is not None
+    if postgres:
+        with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    else:
+        # DuckDB reads an Arrow table in one vectorized insert (executemany is per row).
+        names = ("ord", *NEW_COLUMNS)
+        arrays = dict(zip(names, zip(*rows, strict=True), strict=True))
+        raw.register("staging_rows", pa.table(arrays))
+        try:
+            raw.execute("INSERT INTO staging SELECT * FROM staging_rows")
+        finally:
+            raw.unregister("staging_rows")
