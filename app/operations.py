@@ -194,19 +194,19 @@ class AdminOperations:
         """Delete one subscription (of the caller's tenant, unless the operator asks);
         ``NotFoundError`` when there is none."""
 
-        def check(session: Session) -> Callable[[], None]:
-            repo = SubscriptionRepository(session)
-            if repo.get(sub_id, tenant=caller.tenant) is None:
-                raise NotFoundError(f"no subscription {sub_id}")
-
-            def write() -> None:
-                row = repo.remove(sub_id, tenant=caller.tenant)
-                assert row is not None  # found above, in this transaction
-                self._audit(session, caller, "delete", {row.tenant: [sub_id]})
+        def check(session: Session) -> Callable[[], bool]:
+            def write() -> bool:
+                # One statement: the delete says whether there was a row (nothing written
+                # otherwise, so the refusal below needs no rollback).
+                row = SubscriptionRepository(session).remove(sub_id, tenant=caller.tenant)
+                if row is not None:
+                    self._audit(session, caller, "delete", {row.tenant: [sub_id]})
+                return row is not None
 
             return write
 
-        self.db.writes.run(check)
+        if not self.db.writes.run(check):
+            raise NotFoundError(f"no subscription {sub_id}")
 
     def remove_subscriber(self, subscriber: str, caller: Caller, tenant: str | None) -> Deleted:
         """Delete every subscription of one subscriber of the tenant."""

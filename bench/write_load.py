@@ -278,7 +278,13 @@ def run_write_load(
                 continue
             for count in counts:
                 url = _store_url(backend, count, seed, directory, admin_url)
-                env = {"database_url": url, "admin_token": token, **(settings or {})}
+                # The table is one tenant's: a quota above it, so the churn is not refused.
+                env = {
+                    "database_url": url,
+                    "admin_token": token,
+                    "tenant_quota": str(10 * max(count, 1_000_000)),
+                    **(settings or {}),
+                }
                 replicas = 2 if backend == "postgresql" else 1
                 with running_server(directory, env, READY_TIMEOUT_S) as first:
                     first.wait_until("/readyz", 200, READY_TIMEOUT_S)

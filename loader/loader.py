@@ -56,6 +56,11 @@ RECONCILE_BEHIND: Final = PAGE
 SETTLE_EVERY: Final = 50_000
 
 
+def _follow(seq: int, changes: Sequence[Change]) -> bool:
+    """Whether ``changes`` are exactly the ones after ``seq``, without a gap."""
+    return all(change.seq == seq + i for i, change in enumerate(changes, start=1))
+
+
 class Loader:
     """Keeps ``table`` equal to the store. Read ``table`` once per request: a rebuild swaps
     it whole, and the object a reader holds stays complete."""
@@ -167,11 +172,18 @@ class Loader:
 
     # -- following changes --------------------------------------------------------------
 
-    def catch_up(self) -> int:
-        """Apply every change past the table's seq; returns how many were applied."""
+    def catch_up(self, changes: Sequence[Change] | None = None) -> int:
+        """Apply every change past the table's seq; returns how many were applied.
+        ``changes``: a transaction this process just committed (``Database.on_commit``),
+        applied as they are when they are exactly the next ones, read from the log
+        otherwise."""
         with self._catch_up_lock:
             table = self.table
-            applied = self._catch_up_table(table)
+            if changes and _follow(table.seq, changes):
+                applied = table.apply(changes, self._progressed)
+                self._progressed()
+            else:
+                applied = self._catch_up_table(table)
             if len(table) - self._settled_size > max(SETTLE_EVERY, self._settled_size // 4):
                 # Bulk writes grew the table by a quarter: freeze it again (see
                 # app.heap.settle), or full collections keep rescanning it. (Not after

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from store.errors import DatabaseLockedError, NoSchemaError, UnsupportedDatabaseError
 from store.group_commit import GroupCommit
+from store.records import Change
 
 #: The embedded default store: one DuckDB file, no server to run.
 DEFAULT_DATABASE_URL: Final = "duckdb:///./data/topicstore.duckdb"
@@ -30,6 +31,12 @@ DEFAULT_DATABASE_URL: Final = "duckdb:///./data/topicstore.duckdb"
 WRITER_LOCK_KEY: Final = 0x74706373
 #: PostgreSQL channel whose payload is the newest change seq (a doorbell, not the data).
 CHANGES_CHANNEL: Final = "topicstore_changes"
+#: Where a committed transaction's session keeps its changes, in seq order, when they are
+#: all it logged (``store.pending``): the after-commit hooks get them.
+COMMITTED: Final = "topicstore.committed"
+#: What an after-commit hook is given: the transaction's changes when known, else None
+#: (read them from the log).
+CommitHook = Callable[[Sequence[Change] | None], object]
 
 
 class Backend(StrEnum):
@@ -96,7 +103,7 @@ class Database:
             )
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._local_writer = threading.Lock()
-        self._after_commit: list[Callable[[], object]] = []
+        self._after_commit: list[CommitHook] = []
         #: The admin writes' way in: concurrent writes share a transaction (see there).
         self.writes = GroupCommit(self.write)
 
@@ -146,8 +153,9 @@ class Database:
     def is_postgres(self) -> bool:
         return self.backend is Backend.POSTGRES
 
-    def on_commit(self, hook: Callable[[], object]) -> None:
-        """Call ``hook`` after every write transaction this object commits."""
+    def on_commit(self, hook: CommitHook) -> None:
+        """Call ``hook`` after every write transaction this object commits, with its
+        changes when they are known (``COMMITTED``)."""
         self._after_commit.append(hook)
 
     @contextlib.contextmanager
@@ -158,8 +166,9 @@ class Database:
             if self.is_postgres:
                 session.execute(sa.select(sa.func.pg_advisory_xact_lock(WRITER_LOCK_KEY)))
             yield session
+        changes = session.info.pop(COMMITTED, None)
         for hook in self._after_commit:
-            hook()
+            hook(changes)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:

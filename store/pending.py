@@ -20,12 +20,14 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from store.db import CHANGES_CHANNEL
+from store.db import CHANGES_CHANNEL, COMMITTED
 from store.models import AuditLog, ChangeLog, TenantUsage
+from store.records import Change, criteria_tuple
 
 #: Where a session keeps its pending rows (``Session.info``).
 _KEY: Final = "topicstore.pending"
 _USAGE: Final = TenantUsage.__table__
+_CHANGE_FIELDS: Final = tuple(name for name in Change.__dataclass_fields__ if name != "seq")
 _USAGE_UPSERT: Final = sa.text(
     "INSERT INTO tenant_usage (tenant, subscriptions) VALUES (:tenant, :delta) "
     "ON CONFLICT (tenant) DO UPDATE "
@@ -48,6 +50,8 @@ class Pending:
     moved: dict[str, int] = field(default_factory=dict)
     #: Ring the doorbell at commit (a change was logged).
     ring: bool = False
+    #: Changes were logged by a statement of their own, not from ``changes``.
+    logged_elsewhere: bool = False
 
 
 def pending(session: Session) -> Pending:
@@ -78,11 +82,13 @@ def move(session: Session, deltas: dict[str, int]) -> None:
 
 
 def flush_changes(session: Session) -> None:
-    """Insert the pending change rows now (before a statement that logs changes itself)."""
-    rows = session.info.get(_KEY)
-    if rows is not None and rows.changes:
+    """Insert the pending change rows now, before a statement that logs changes itself
+    (the transaction's changes are then known only to the log: see ``flush``)."""
+    rows = pending(session)
+    if rows.changes:
         session.connection().execute(sa.insert(ChangeLog), rows.changes)
         rows.changes.clear()
+    rows.logged_elsewhere = True
 
 
 def flush(session: Session) -> None:
@@ -93,7 +99,20 @@ def flush(session: Session) -> None:
         return
     connection = session.connection()
     if rows.changes:
-        connection.execute(sa.insert(ChangeLog), rows.changes)
+        # Their seqs come back, so the changes can be applied to this process's routing
+        # table after the commit without reading them again (``Database.write``); a
+        # transaction that logged other changes in SQL leaves that to the log.
+        stored = connection.execute(
+            sa.insert(ChangeLog)
+            .values(rows.changes)
+            .returning(ChangeLog.seq, ChangeLog.subscription_id, ChangeLog.op)
+        ).all()
+        if not rows.logged_elsewhere:
+            seqs = {(sub_id, op): seq for seq, sub_id, op in stored}
+            session.info[COMMITTED] = sorted(
+                (_change(seqs[(row["subscription_id"], row["op"])], row) for row in rows.changes),
+                key=lambda change: change.seq,
+            )
     for tenant, delta in sorted(rows.moved.items()):
         if delta:
             connection.execute(_USAGE_UPSERT, {"tenant": tenant, "delta": delta})
@@ -103,8 +122,16 @@ def flush(session: Session) -> None:
         connection.execute(_DOORBELL, {"channel": CHANGES_CHANNEL})
 
 
+def _change(seq: int, row: dict[str, Any]) -> Change:
+    """The ``Change`` a pending change row became."""
+    values = {name: row[name] for name in _CHANGE_FIELDS}
+    values["criteria"] = criteria_tuple(values["criteria"])
+    return Change(seq=seq, **values)
+
+
 def _drop(session: Session, *_: object) -> None:
     session.info.pop(_KEY, None)
+    session.info.pop(COMMITTED, None)
 
 
 sa.event.listen(Session, "before_commit", flush)

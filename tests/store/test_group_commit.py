@@ -104,3 +104,25 @@ def test_a_failed_write_phase_reruns_the_group_alone(database: Database) -> None
         repo = SubscriptionRepository(session)
         assert [c.subscriber for c in repo.changes_since(0)] == ["a", "b"]
         assert repo.usage("default") == 2
+
+
+def test_after_commit_hooks_get_the_transactions_changes(database: Database) -> None:
+    """A transaction whose changes all went through the pending rows hands them, with
+    their seqs, to the after-commit hooks (the loader applies them without reading the
+    log back); one that logged changes in SQL (a bulk add) hands None."""
+    seen: list[object] = []
+    database.on_commit(seen.append)
+    outcomes = _grouped(database, [_create("a"), _create("b")])
+    with database.write() as session:
+        repo = SubscriptionRepository(session)
+        repo.remove(int(str(outcomes[0])))
+    with database.write() as session:
+        SubscriptionRepository(session).add_many([validate(NewSubscription("c", "g.c"))])
+    with database.read() as session:
+        logged = SubscriptionRepository(session).changes_since(0)
+    # the holder's empty transaction and the bulk add hand None; the group and the remove
+    # their changes
+    assert [None if s is None else len(s) for s in seen] == [None, 2, 1, None]  # type: ignore[arg-type]
+    handed = [change for batch in seen if isinstance(batch, list) for change in batch]
+    assert handed == logged[:3]
+    assert [c.subscriber for c in logged] == ["a", "b", "a", "c"]
