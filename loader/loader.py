@@ -229,9 +229,10 @@ class Loader:
             return max(0, SubscriptionRepository(session).last_seq() - self.table.seq)
 
     def _listen(self, listening: threading.Event) -> None:
-        """LISTEN, then catch up at every doorbell and at least every ``poll_interval`` (a
-        safety net: a doorbell is never the data). Reconnects with backoff; after each
-        (re)connect it LISTENs first and then catches up, so no change falls in between."""
+        """LISTEN, then catch up at every doorbell past the table's seq and at least every
+        ``poll_interval`` (a safety net: a doorbell is never the data). Reconnects with
+        backoff; after each (re)connect it LISTENs first and then catches up, so no change
+        falls in between."""
         dsn = make_url(self.db.url).set(drivername="postgresql").render_as_string(False)
         listen = sql.SQL("LISTEN {}").format(sql.Identifier(CHANGES_CHANNEL))
         backoff = 0.1
@@ -243,12 +244,17 @@ class Loader:
                     self.listener_connects += 1
                     listening.set()
                     backoff = 0.1
+                    rang: int | None = None  # the seq a doorbell announced; None: a poll
                     while not self._stop.is_set():
                         if self.ready.is_set():
-                            self.catch_up()
+                            # This process's own writes are applied as they commit: their
+                            # doorbells need no read of the log.
+                            if rang is None or rang > self.table.seq:
+                                self.catch_up()
                             self.listener_beat = time.monotonic()
-                        for _ in conn.notifies(timeout=self.poll_interval, stop_after=1):
-                            pass
+                        rang = None
+                        for note in conn.notifies(timeout=self.poll_interval, stop_after=1):
+                            rang = int(note.payload) if note.payload.isdigit() else None
             except (psycopg.Error, sa.exc.SQLAlchemyError) as e:
                 log.warning("change listener lost its connection (%s); reconnecting", e)
                 self._stop.wait(backoff)

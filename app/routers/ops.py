@@ -190,6 +190,17 @@ class ServiceCollector(Collector):
             "the store and repaired",
             value=loader.reconcile_repairs,
         )
+        writes = self.services.db.writes
+        yield CounterMetricFamily(
+            "topicstore_write_transactions",
+            "Admin write transactions committed (concurrent writes share one: group commit)",
+            value=writes.groups,
+        )
+        yield CounterMetricFamily(
+            "topicstore_write_jobs",
+            "Admin writes committed (jobs / transactions = the mean group size)",
+            value=writes.jobs,
+        )
         yield CounterMetricFamily(
             "topicstore_shadow_disagreements",
             "Shadow checks where an engine disagreed with the answering one (a bug)",
