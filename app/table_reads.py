@@ -11,7 +11,7 @@ and ``MAX_NAMED`` named subscribers; a redundancy check takes at most
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from app.auth import Caller
 from app.operations import AdminOperations
@@ -146,36 +146,21 @@ def subscription_page(
     ``overlaps`` or ``covered_by`` the routing table's search (``related_page``; ``table``
     is called only then), else the store's plain keyset page. ``label`` is ``KEY=VALUE``
     (the value compared as text)."""
-    pair = None if label is None else _label(label)
+    filters: dict[str, Any] = {
+        "tenant": tenant,
+        "subscriber": subscriber,
+        "pattern_prefix": pattern_prefix,
+        "dialect": dialect,
+        "group": group,
+        "label": None if label is None else _label(label),
+        "after": after,
+        "limit": limit,
+    }
     search = _relation_of(overlaps, covered_by)
     if search is None:
-        return admin.page(
-            caller,
-            tenant=tenant,
-            subscriber=subscriber,
-            pattern_prefix=pattern_prefix,
-            dialect=dialect,
-            group=group,
-            label=pair,
-            after=after,
-            limit=limit,
-        )
+        return admin.page(caller, **filters)
     relation, pattern = search
-    return related_page(
-        table(),
-        admin,
-        caller,
-        relation=relation,
-        pattern=pattern,
-        tenant=tenant,
-        subscriber=subscriber,
-        pattern_prefix=pattern_prefix,
-        dialect=dialect,
-        group=group,
-        label=pair,
-        after=after,
-        limit=limit,
-    )
+    return related_page(table(), admin, caller, relation=relation, pattern=pattern, **filters)
 
 
 def _label(text: str) -> tuple[str, str]:

@@ -73,6 +73,10 @@ class Sizes:
     # mass_removal: two real replicas on PostgreSQL; one subscriber holds the second figure
     removal_subscriptions: int
     removal_held: int
+    # write_load: stored subscriptions before the churn (PostgreSQL and DuckDB), and its
+    # seconds
+    write_sizes: tuple[int, ...]
+    write_seconds: float
     # pipeline: Spark local[2] end to end, and the naive cross join on a sample
     pipeline_messages: int
     pipeline_subscriptions: int
@@ -122,6 +126,8 @@ FULL: Final = Sizes(
     propagation_changes=200,
     removal_subscriptions=300_000,
     removal_held=100_000,
+    write_sizes=(10_000, 1_000_000),
+    write_seconds=60.0,
     pipeline_messages=1_000_000,
     pipeline_subscriptions=10_000,
     pipeline_naive_sample=5_000,
@@ -174,6 +180,8 @@ QUICK: Final = Sizes(
     propagation_changes=10,
     removal_subscriptions=20_000,
     removal_held=5_000,
+    write_sizes=(2_000,),
+    write_seconds=2.0,
     pipeline_messages=2_000,
     pipeline_subscriptions=100,
     pipeline_naive_sample=100,

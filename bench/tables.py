@@ -31,6 +31,7 @@ from bench.startup import run_startup
 from bench.store_load import run_store_load
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.throughput import run_throughput
+from bench.write_load import run_write_load
 from harness.workloads import (
     adversarial_workload,
     random_subscriptions,
@@ -173,6 +174,11 @@ def _mass_removal(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     yield run_mass_removal(sizes.removal_subscriptions, sizes.removal_held, sizes.seed)
 
 
+def _write_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's default engines
+    yield run_write_load(sizes.write_sizes, sizes.seed, seconds=sizes.write_seconds)
+
+
 def _pipeline(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the job's engines are compared inside the table
     from bench.pipeline import run_pipeline_bench  # Spark loads only for this table
@@ -239,6 +245,10 @@ TABLES: Final[dict[str, BenchTable]] = {
     "mass_removal": BenchTable(
         "a subscriber of 100,000 subscriptions removed: response, matches, /readyz",
         _mass_removal,
+    ),
+    "write_load": BenchTable(
+        "durable API writes: 8 clients creating and deleting; match p99 and replica lag",
+        _write_load,
     ),
     "pipeline": BenchTable(
         "msg/s of the Spark routing job against a naive cross join + rlike", _pipeline

@@ -200,7 +200,8 @@ def measure(
 ) -> dict[str, float]:
     """The figures of one store: the quiet match p99, then the churn with its probes."""
     url = servers[0].url
-    quiet = _collect(_spawn("probe", url, token, str(QUIET_S)), QUIET_S + 60)
+    quiet_s = min(QUIET_S, seconds)
+    quiet = _collect(_spawn("probe", url, token, str(quiet_s)), quiet_s + 60)
     probe = _spawn("probe", url, token, str(seconds))
     lag = None
     if len(servers) > 1:
@@ -263,8 +264,8 @@ def run_write_load(
         notes=[
             "writes: POST /v1/subscriptions then DELETE of it, each client on one keep-alive "
             "connection in a process of its own; p50/p99 per write (create or delete).",
-            f"match: POST /v1/match at {PROBE_RATE:.0f}/s from another process, {QUIET_S:.0f} s "
-            "before the churn (quiet) and during it (churn).",
+            f"match: POST /v1/match at {PROBE_RATE:.0f}/s from another process, "
+            f"{min(QUIET_S, seconds):.0f} s before the churn (quiet) and during it (churn).",
             "lag (PostgreSQL, two replicas): 201 on the first replica -> a match on the second "
             f"finds it; a probe every {LAG_EVERY_S} s during the churn.",
         ],

@@ -74,6 +74,7 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     "startup": ["postgresql", "duckdb"],
     "propagation": ["subscribe A -> B"],
     "mass_removal": ["this build"],
+    "write_load": ["postgresql", "duckdb"],
 }
 #: tests/pipeline runs the pipeline table on its own shared Spark session.
 SUITE_TABLES = [name for name in TABLES if name != "pipeline"]
@@ -110,6 +111,7 @@ def test_registry_names_every_table() -> None:
         "startup",
         "propagation",
         "mass_removal",
+        "write_load",
         "pipeline",
     ]
 
