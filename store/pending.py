@@ -28,10 +28,14 @@ from store.records import Change, criteria_tuple
 _KEY: Final = "topicstore.pending"
 _USAGE: Final = TenantUsage.__table__
 _CHANGE_FIELDS: Final = tuple(name for name in Change.__dataclass_fields__ if name != "seq")
-_USAGE_UPSERT: Final = sa.text(
-    "INSERT INTO tenant_usage (tenant, subscriptions) VALUES (:tenant, :delta) "
-    "ON CONFLICT (tenant) DO UPDATE "
-    "SET subscriptions = tenant_usage.subscriptions + excluded.subscriptions"
+#: A tenant's count moved, or (no row yet) its first row. Not one ``ON CONFLICT`` upsert:
+#: DuckDB checks those against the index several times slower than an ``UPDATE``.
+_USAGE_UPDATE: Final = sa.text(
+    "UPDATE tenant_usage SET subscriptions = subscriptions + :delta WHERE tenant = :tenant "
+    "RETURNING tenant"
+)
+_USAGE_INSERT: Final = sa.text(
+    "INSERT INTO tenant_usage (tenant, subscriptions) VALUES (:tenant, :delta)"
 )
 #: PostgreSQL's doorbell for other replicas' loaders: delivered at commit, payload the
 #: newest change seq (``store.db.CHANGES_CHANNEL``).
@@ -115,7 +119,9 @@ def flush(session: Session) -> None:
             )
     for tenant, delta in sorted(rows.moved.items()):
         if delta:
-            connection.execute(_USAGE_UPSERT, {"tenant": tenant, "delta": delta})
+            values = {"tenant": tenant, "delta": delta}
+            if connection.execute(_USAGE_UPDATE, values).first() is None:
+                connection.execute(_USAGE_INSERT, values)
     if rows.audit:
         connection.execute(sa.insert(AuditLog), rows.audit)
     if rows.ring and connection.dialect.name == "postgresql":
