@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -79,6 +80,31 @@ def _purge_in_background(dbapi_connection: Any, _record: object) -> None:
     dbapi_connection.execute("SET allocator_background_threads = true")
 
 
+#: A pooled PostgreSQL connection idle longer than this is pinged before it is used again.
+#: Pinging every checkout (``pool_pre_ping``) cost each write group a round trip; a
+#: connection back in the pool moments ago is as alive as a ping would show, and one idle
+#: across a server restart is caught by the ping.
+PING_AFTER_IDLE_S: Final = 1.0
+
+
+def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """Ping a connection idle for ``PING_AFTER_IDLE_S``; a dead one is replaced (raising
+    ``DisconnectionError`` here makes the pool discard it and check out a fresh one)."""
+    idle_since = record.info.get("idle_since")
+    if idle_since is not None and time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+        return
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        dbapi_connection.rollback()
+    except Exception as e:  # any failure of the ping: the connection is not usable
+        raise sa.exc.DisconnectionError(str(e)) from e
+
+
 class Database:
     """One database: its engine, sessions, the serialized write transaction, and hooks run
     after each committed write (how DuckDB changes reach the in-process loader at once)."""
@@ -98,9 +124,9 @@ class Database:
             sa.event.listen(self.engine, "connect", _purge_in_background)
             self._claim_duckdb_file()
         else:
-            self.engine = sa.create_engine(
-                url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
-            )
+            self.engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+            sa.event.listen(self.engine, "checkin", _checked_in)
+            sa.event.listen(self.engine, "checkout", _ping_if_idle)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._local_writer = threading.Lock()
         self._after_commit: list[CommitHook] = []
