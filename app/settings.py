@@ -39,8 +39,8 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         description="/readyz stays 200 while the oldest change not yet applied is at most "
-        "this old and the change listener beat this recently; more than twice "
-        "POLL_INTERVAL.",
+        "this old (six times this while changes are being applied) and the change listener "
+        "beat, or an applier made progress, this recently; more than twice POLL_INTERVAL.",
     )
     reconcile_interval: float | None = Field(
         300.0, gt=0, description="Seconds between drift checks against the store (None = off)."

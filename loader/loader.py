@@ -36,6 +36,7 @@ from loader.catalog import Catalog, Entry
 from loader.shadow import ShadowCheck
 from loader.table import DEFAULT_ENGINES, RoutingTable
 from matcher import Limits
+from matcher.base import gc_paused
 from store.db import CHANGES_CHANNEL, Database
 from store.records import Change
 from store.repository import SubscriptionRepository
@@ -204,12 +205,18 @@ class Loader:
         cursor = table.seq
         while True:
             end = cursor + PAGE
-            with self.db.read() as session:
-                repo = SubscriptionRepository(session)
-                changes = repo.changes_since(cursor, PAGE, upto=end)
-                newest = repo.last_seq() if len(changes) < PAGE else None
-            if changes:
-                applied += table.apply(changes, self._progressed)
+            # A page's changes die with it, by reference counting; with the collector on,
+            # each page of them lived through collections into the oldest generation, and
+            # every few pages a full collection held the GIL (and every match) for tens of
+            # milliseconds.
+            with gc_paused():
+                with self.db.read() as session:
+                    repo = SubscriptionRepository(session)
+                    changes = repo.changes_since(cursor, PAGE, upto=end)
+                    newest = repo.last_seq() if len(changes) < PAGE else None
+                if changes:
+                    applied += table.apply(changes, self._progressed)
+                del changes
             if newest is not None and newest <= end:
                 break
             cursor = end  # a full window ends at its end; a short one before a gap

@@ -53,7 +53,7 @@ DENSE_SLACK: Final = 1 << 16
 #: slices: a slice of removals takes a few milliseconds, so a match waiting for the GIL
 #: meanwhile waits about that long, never for a whole mass removal.
 APPLY_SLICE: Final = 1_000
-APPLY_PAUSE_S: Final = 0.0002
+APPLY_PAUSE_S: Final = 0.001
 #: The columns ``load_columns`` reads.
 COLUMNS: Final = ("id", "tenant", "subscriber", "dialect", "pattern")
 

@@ -418,19 +418,19 @@ class SubscriptionRepository:
 
     def changes_since(self, seq: int, limit: int = 10_000, upto: int | None = None) -> list[Change]:
         """Changes with a sequence number above ``seq`` (and at most ``upto``), oldest
-        first. Plain rows, not ORM objects: a loader reads a mass removal's 100,000
-        changes through here, and an ORM object per row tripled the read's cost."""
+        first. Plain rows fetched at once, not ORM objects nor one driver fetch per row: a
+        loader reads a mass removal's 100,000 changes through here, and each of those cost
+        about as much as the rest of the read."""
         table = ChangeLog.__table__
         query = sa.select(
             table.c.seq, table.c.op, table.c.subscription_id, *(table.c[n] for n in _CHANGE_COLUMNS)
         ).where(table.c.seq > seq)
         if upto is not None:
             query = query.where(table.c.seq <= upto)
+        rows = self.session.execute(query.order_by(table.c.seq).limit(limit)).all()
         return [
             Change(seq_, op, sub_id, t, s, p, d, k, criteria_tuple(c), m, *grouped)
-            for seq_, op, sub_id, t, s, p, d, k, c, m, *grouped in self.session.execute(
-                query.order_by(table.c.seq).limit(limit)
-            )
+            for seq_, op, sub_id, t, s, p, d, k, c, m, *grouped in rows
         ]
 
     def group_policies(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Policy]:

@@ -59,8 +59,10 @@ def tenant_counts(table: RoutingTable) -> dict[str, int]:
 def readyz(services: ServicesDep, caller: OptionalCaller, response: Response) -> Readiness:
     """200 when the routing table is built, its change listener alive, and every committed
     change applied or the oldest one not applied at most ``TOPICSTORE_READY_MAX_LAG_SECONDS``
-    old (5 s); 503 (this same JSON, ``reason`` saying why) otherwise, or while the store
-    does not answer. The operator's token adds ``tenants``; no token gives global figures."""
+    old (5 s; six times that while the replica is making progress on a backlog, such as a
+    mass removal); 503 (this same JSON, ``reason`` saying why) otherwise, or while the
+    store does not answer. The operator's token adds ``tenants``; no token gives global
+    figures."""
     loader = services.loader
     verdict = probe(loader, services.settings.ready_max_lag_seconds)
     if not verdict.ready:

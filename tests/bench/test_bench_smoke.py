@@ -73,7 +73,7 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     ],
     "startup": ["postgresql", "duckdb"],
     "propagation": ["subscribe A -> B"],
-    "mass_removal": ["this build"],
+    "mass_removal": ["2 s before the removal", "during the removal"],
     "write_load": ["postgresql", "duckdb"],
 }
 #: tests/pipeline runs the pipeline table on its own shared Spark session.

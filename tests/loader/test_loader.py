@@ -109,6 +109,37 @@ def test_replicas_converge_through_notifications(
     b.dispose()
 
 
+def test_a_mass_removal_is_read_by_its_writer_and_reaches_another_replica(
+    database: Database, started: Callable[[Database], Loader]
+) -> None:
+    """One write removing a subscriber's thousands of subscriptions (several apply slices
+    and read windows): the writing process's table holds none of them once the write
+    returns (read-your-writes), the others stay, and on PostgreSQL another replica
+    converges to the store."""
+    heavy = [Sub("heavy", f"h.{i}.*") for i in range(2_500)]
+    with database.write() as session:
+        SubscriptionRepository(session).add_many([validate(sub) for sub in heavy])
+    kept = _add(database, Sub("light", "h.1.*"), Sub("light", "l.#"))
+    other = Database(database.url) if database.is_postgres else None
+    writer = started(database)
+    follower = started(other) if other is not None else None
+    before = writer.progress_beat
+    with database.write() as session:
+        removed = SubscriptionRepository(session).remove_subscriber("default", "heavy")
+    assert len(removed) == 2_500
+    assert sorted(_table_ids(writer)) == kept
+    assert set(writer.table.match("default", "amqp", "h.1.x")) == {kept[0]}
+    assert writer.table.subscribers(removed) == []
+    assert before is not None and writer.progress_beat is not None
+    assert writer.progress_beat > before
+    writer.table._check()
+    if follower is not None and other is not None:
+        eventually(lambda: sorted(_table_ids(follower)) == kept)
+        follower.table._check()
+        follower.stop()
+        other.dispose()
+
+
 def test_catch_up_crosses_gaps_in_the_seqs_wider_than_a_window(
     database: Database, started: Callable[[Database], Loader], monkeypatch: pytest.MonkeyPatch
 ) -> None:
