@@ -219,12 +219,29 @@ class SubscriptionRepository:
         )
 
     def _remove_where(self, *where: sa.ColumnElement[bool]) -> list[int]:
-        """Delete what ``where`` selects: its change log rows are copied in the database
-        (no row travels to Python but its id and tenant), then the rows go."""
-        self._log("remove", sa.select(Subscription).where(*where))
-        deleted = self.session.execute(
-            sa.delete(Subscription).where(*where).returning(Subscription.id, Subscription.tenant)
-        ).all()
+        """Delete what ``where`` selects, with a change row for each (no row travels to
+        Python but its id and tenant). On PostgreSQL one statement: the change rows are
+        written from the deleted ones as they come back; on DuckDB they are copied first,
+        then the rows go."""
+        removed_rows = _TABLE.delete().where(*where)
+        if self._postgres:
+            pending.flush_changes(self.session)  # the changes before these come first
+            gone = removed_rows.returning(
+                _TABLE.c.id, *(_TABLE.c[name] for name in _CHANGE_COLUMNS)
+            ).cte("gone")
+            logged = sa.insert(ChangeLog).from_select(
+                ["op", "subscription_id", *_CHANGE_COLUMNS],
+                sa.select(
+                    sa.literal("remove"), gone.c.id, *(gone.c[name] for name in _CHANGE_COLUMNS)
+                ).order_by(gone.c.id),
+            )
+            query: sa.Executable = sa.select(gone.c.id, gone.c.tenant).add_cte(logged.cte("logged"))
+            pending.pending(self.session).ring = True
+        else:
+            self._log("remove", sa.select(Subscription).where(*where))
+            query = removed_rows.returning(_TABLE.c.id, _TABLE.c.tenant)
+        rows: list[Any] = self._core(query).all()
+        deleted = [(int(row[0]), str(row[1])) for row in rows]
         removed: dict[str, int] = {}
         for _, tenant in deleted:
             removed[tenant] = removed.get(tenant, 0) - 1
@@ -263,7 +280,7 @@ class SubscriptionRepository:
         selected = sa.select(
             sa.literal(op), source.c.id, *(source.c[name] for name in _CHANGE_COLUMNS)
         ).order_by(source.c.id)
-        self.session.execute(
+        self._core(
             sa.insert(ChangeLog).from_select(["op", "subscription_id", *_CHANGE_COLUMNS], selected)
         )
         pending.pending(self.session).ring = True
