@@ -21,7 +21,7 @@ def cpp_extension(name: str, package: str, *headers: str) -> Extension:
 
 
 EXTENSIONS = [
-    cpp_extension("_native", "matcher", "native_core.hpp", "native/*.hpp"),
+    cpp_extension("_native", "matcher", "native/*.hpp"),
     cpp_extension("_answers", "app", "answers_json.hpp"),
 ]
 

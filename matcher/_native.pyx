@@ -1,6 +1,6 @@
 # distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""``native``: the ``trie`` engine's algorithm compiled (Cython over ``native_core.hpp``).
+"""``native``: the ``trie`` engine's algorithm compiled (Cython over ``native/*.hpp``).
 
 Nodes, literal edges, interned words and the id -> (node, pattern text) table are C++
 structures indexed by 32-bit integers: a step of the walk compares integers, and no
@@ -57,7 +57,7 @@ cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
 
 
-cdef extern from "native_core.hpp" namespace "topicstore":
+cdef extern from "native/native.hpp" namespace "topicstore":
     cdef uint32_t UNKNOWN_WORD
     cdef uint32_t STAR
     cdef uint32_t HASH
@@ -130,10 +130,10 @@ cdef extern from "native/glue.hpp" namespace "topicstore":
 
 
 #: Results of up to this many ids are kept per node (built on the first match that ends on
-#: the node alone, dropped by any write to it; in a bounded table, see native_core.hpp), as
+#: the node alone, dropped by any write to it; in a bounded table, see native/kept.hpp), as
 #: ``trie`` keeps small frozensets: the common single-node match then returns without
 #: building anything. While most lookups miss (many distinct topics) they are passed by
-#: (``ResultGate`` in native_core.hpp).
+#: (``ResultGate`` in native/records.hpp).
 cdef size_t CACHED_MAX = 16
 #: Lookups per window of the kept results' gate, and matches a closed gate passes by.
 RESULT_GATE_WINDOW = GATE_WINDOW

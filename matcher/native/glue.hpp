@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "native_core.hpp"
+#include "native.hpp"
 
 namespace topicstore {
 
