@@ -125,7 +125,8 @@ inline std::string Core::check() const {
     if (live_text_bytes + garbage_ != arena_.size()) return "text arena accounting";
     if (live_tail + tail_garbage_ != tails_.size()) return "tail arena accounting";
     if (hashes != hash_count_) return "hash count";
-    if (ids != id_count_) return "id count";
+    if (!idslots_.exact()) return "id table";
+    if (ids != idslots_.count()) return "id count";
     uint32_t edges = 0;
     std::vector<uint32_t> children(nodes_.size(), 0), wrefs(words_.size(), 0);
     for (const Edge& e : edges_) {
@@ -139,7 +140,8 @@ inline std::string Core::check() const {
         ++children[e.parent];
         ++wrefs[e.word];
     }
-    if (edges != edge_count_) return "edge count";
+    if (!edges_.exact()) return "edge table";
+    if (edges != edges_.count()) return "edge count";
     for (uint32_t i = 0; i < nodes_.size(); ++i)
         if (nodes_[i].live() && children[i] != nodes_[i].nchildren) return "child count";
     uint32_t words = 0;
@@ -151,12 +153,13 @@ inline std::string Core::check() const {
                 return "word table";
         }
     }
-    if (words != word_count_) return "word count";
+    if (!wordslots_.exact()) return "word table slots";
+    if (words != wordslots_.count()) return "word count";
     // The tail counts, recomputed from each id's end node (count_pattern), and the '#'
     // nodes below each node, from each '#' node (count_hash).
     std::vector<uint32_t> tails(tail_counts_.size(), 0);
     for (const IdSlot& slot : idslots_) {
-        if (slot.node == EMPTY_SLOT) continue;
+        if (IdKeys::free(slot)) continue;
         const uint32_t tail = tail_length(slot.node);
         if (tail >= tails.size()) return "tail count missing";
         ++tails[tail];
@@ -199,27 +202,19 @@ inline std::string Core::check_tuples() const {
             if (at != NO_TUPLE) return "tuple slot while the index is off";
             continue;
         }
-        if (at >= tuples_.size()) return "end node without its tuple";
+        if (at >= tuples_.slots()) return "end node without its tuple";
         const Tuple& t = tuples_[at];
         if (t.shape != shape || !std::equal(words, words + n, t.words)) return "tuple key";
         if (t.ref != (i | tags(i)) || t.ids != nodes_[i].ids) return "tuple mirror";
         ++entries;
         count_shape(shapes[n], shape, 1);
     }
-    if (entries != tuple_count_ || untupled != untupled_) return "tuple counts";
-    if (!tuples_on_) return tuples_.empty() ? "" : "tuples kept while off";
-    uint32_t occupied = 0;
-    const size_t mask = tuples_.size() - 1;
-    for (size_t i = 0; i < tuples_.size(); ++i) {
-        const Tuple& t = tuples_[i];
-        if (t.shape == 0) continue;
-        ++occupied;
-        if (tuple_at_[t.ref & INDEX] != i) return "tuple slot";
-        for (size_t j = tuple_hash(t.shape, t.words, t.shape >> 16) & mask; j != i;
-             j = (j + 1) & mask)
-            if (tuples_[j].shape == 0) return "tuple unreachable";
-    }
-    if (occupied != tuple_count_) return "tuple table count";
+    if (entries != tuples_.count() || untupled != untupled_) return "tuple counts";
+    if (!tuples_on_) return tuples_.slots() == 0 ? "" : "tuples kept while off";
+    if (!tuples_.exact()) return "tuple table";
+    for (size_t i = 0; i < tuples_.slots(); ++i)
+        if (!TupleKeys::free(tuples_[i]) && tuple_at_[tuples_[i].ref & INDEX] != i)
+            return "tuple slot";
     for (uint32_t n = 0; n <= TUPLE_WORDS; ++n) {
         auto want = shapes[n], got = shapes_[n];
         std::sort(want.begin(), want.end());

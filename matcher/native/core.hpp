@@ -50,10 +50,6 @@ class Core {
         nodes_[0].label = 0;  // the root: live, nobody's child
         hashes_below_.push_back(0);
         tuple_at_.push_back(NO_TUPLE);
-        edges_.assign(16, Edge{0, 0, NO_NODE, 0});
-        idslots_.assign(16, IdSlot{0, EMPTY_SLOT, 0, 0});
-        wordslots_.assign(16, WordSlot{0, 0, 0});
-        tuples_.assign(16, Tuple{});
     }
     Core(const Core&) = delete;
     Core& operator=(const Core&) = delete;
@@ -65,7 +61,7 @@ class Core {
 
     // -- reads -----------------------------------------------------------------------------
 
-    uint32_t size() const { return id_count_; }
+    uint32_t size() const { return static_cast<uint32_t>(idslots_.count()); }
     uint32_t node_count() const { return node_count_; }
     uint32_t hash_count() const { return hash_count_; }
     // Whether a walk over `n` words is a lookup in the tuple index (see tuple_walk). The
@@ -157,7 +153,7 @@ class Core {
     void for_each_id(F&& f) const {
         uint32_t size;
         for (const IdSlot& s : idslots_)
-            if (s.node != EMPTY_SLOT) {
+            if (!IdKeys::free(s)) {
                 const char* text = text_of(s, &size);
                 f(s.id, text, size);
             }
@@ -175,7 +171,7 @@ class Core {
     // -- walks (walk.hpp, tuples.hpp) --------------------------------------------------------
 
     uint32_t child(uint32_t parent, uint32_t word) const {
-        return probe(edges_.data(), edges_.size() - 1, parent, word)->child;
+        return probe(edges_.data(), edges_.mask(), parent, word)->child;
     }
     uint32_t tags(uint32_t i) const;
 
@@ -231,24 +227,23 @@ class Core {
     // Walk scratch: tail leaves reached, each with the position of the word after the one
     // that reached it; their tails are compared at the end of the walk (see tails_matched).
     std::vector<std::pair<uint32_t, uint32_t>> tail_ends_;
-    std::vector<Edge> edges_;
-    std::vector<IdSlot> idslots_;
+    EdgeTable edges_;
+    IdTable idslots_;
     std::vector<WordEntry> words_;
     std::vector<uint32_t> free_words_;
-    std::vector<WordSlot> wordslots_;
+    WordTable wordslots_;
     // The tuple index (see tuple_walk): its table, each node's slot in it (or NO_TUPLE /
     // UNTUPLED), the end nodes it cannot hold, and per pattern length the shapes in use
     // with their entry counts.
-    std::vector<Tuple> tuples_;
+    TupleTable tuples_;
     std::vector<uint32_t> tuple_at_;
-    uint32_t tuple_count_ = 0, untupled_ = 0;
+    uint32_t untupled_ = 0;
     bool tuples_on_ = true;  // see settle_tuples
     std::vector<std::pair<uint32_t, uint32_t>> shapes_[TUPLE_WORDS + 1];
-    uint32_t node_count_ = 1, hash_count_ = 0, id_count_ = 0, edge_count_ = 0, word_count_ = 0;
+    uint32_t node_count_ = 1, hash_count_ = 0;
     uint32_t epoch_ = 0;
     uint32_t root_ref_ = 0;  // tags(0), kept by retag(0): where every walk starts
     uint64_t version_ = 1;
-    int edge_shift_ = 60;  // 64 - log2(edges_.size())
     std::vector<ComboSlot> combos_;  // allocated on the first walk that ends on several nodes
     // Scratch of the '#' walk (reused: walks never overlap, see the header comment).
     Scratch level_, next_;
@@ -283,10 +278,8 @@ class Core {
 
     // -- hashing -----------------------------------------------------------------------------
 
-    // Fibonacci hashing: one multiply, the top bits (the walk computes one per step).
     size_t edge_bucket(uint32_t parent, uint32_t word) const {
-        uint64_t key = (static_cast<uint64_t>(parent) << 32) | word;
-        return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> edge_shift_);
+        return EdgeKeys::bucket(parent, word, edges_.shift());
     }
     static size_t combo_bucket(const uint32_t* nodes, uint32_t n) {
         uint64_t h = n;
@@ -296,16 +289,8 @@ class Core {
     static size_t cached_bucket(uint32_t node) {
         return static_cast<size_t>((static_cast<uint64_t>(node) * 0x9E3779B97F4A7C15ULL) >> 48);
     }
-    static size_t id_bucket(uint32_t id) {
-        return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> 20);
-    }
     // Shapes past which a topic length is walked, not looked up: each is one probe.
     static constexpr size_t MAX_SHAPES = 8;
-    static uint64_t tuple_hash(uint32_t shape, const uint32_t* words, size_t n) {
-        uint64_t h = shape;
-        for (size_t i = 0; i < n; ++i) h = (h ^ words[i]) * 0x9E3779B97F4A7C15ULL;
-        return h ^ (h >> 32);  // the table takes low bits: fold in the high ones, which see all
-    }
 
     // -- texts (texts.hpp) -------------------------------------------------------------------
 
@@ -322,8 +307,6 @@ class Core {
     uint32_t long_word_id(const char* p, uint32_t n) const;
     uint32_t word_at(const char* p, size_t n, uint64_t packed) const;
     uint32_t intern(const char* p, uint32_t size);
-    void place_word(uint32_t w);
-    void grow_words();
     void release_word(uint32_t w);
 
     // -- the trie (trie.hpp) -----------------------------------------------------------------
@@ -338,12 +321,11 @@ class Core {
     void count_hash(uint32_t h, int delta);
     void push_id(Node& n, uint32_t id);
     uint32_t pop_id(Node& n, uint32_t pos);
+    size_t edge_at(uint32_t parent, uint32_t word) const;
     void insert_edge(uint32_t parent, uint32_t word, uint32_t c);
-    void place_edge(const Edge& e);
     void erase_edge(uint32_t parent, uint32_t word);
     const IdSlot* find_id(uint32_t id) const;
     IdSlot* find_id(uint32_t id);
-    void place_id(const IdSlot& slot);
     void insert_id(uint32_t id, uint32_t node, uint32_t text, uint32_t pos);
     void erase_id(uint32_t id);
 

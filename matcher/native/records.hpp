@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base.hpp"
+#include "table.hpp"
 
 namespace topicstore {
 
@@ -122,12 +123,39 @@ struct Edge {
 };
 static_assert(sizeof(Edge) == 16, "four edges a cache line");
 
+// Edges are keyed by (parent, word id). Fibonacci hashing, the top bits of one multiply:
+// the walk computes one per step.
+struct EdgeKeys {
+    static constexpr size_t MAX_FULL = 3, OF = 4;
+    static bool free(const Edge& e) { return e.child == NO_NODE; }
+    static Edge free_slot() { return Edge{0, 0, NO_NODE, 0}; }
+    static size_t bucket(uint32_t parent, uint32_t word, int shift) {
+        const uint64_t key = (static_cast<uint64_t>(parent) << 32) | word;
+        return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> shift);
+    }
+    static size_t hash(const Edge& e, int shift) { return bucket(e.parent, e.word, shift); }
+};
+using EdgeTable = OpenTable<Edge, EdgeKeys>;
+
 struct IdSlot {
     uint32_t id;
     uint32_t node;  // EMPTY_SLOT: free slot
     uint32_t text;  // index into the node's texts
     uint32_t pos;   // index into the node's ids
 };
+
+// The id table, keyed by subscription id: up to 4/5 full (its slots are read only by
+// writes and pattern lookups, never by a walk).
+struct IdKeys {
+    static constexpr size_t MAX_FULL = 4, OF = 5;
+    static bool free(const IdSlot& s) { return s.node == EMPTY_SLOT; }
+    static IdSlot free_slot() { return IdSlot{0, EMPTY_SLOT, 0, 0}; }
+    static size_t bucket(uint32_t id) {
+        return static_cast<size_t>((static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >> 20);
+    }
+    static size_t hash(const IdSlot& s, int) { return bucket(s.id); }
+};
+using IdTable = OpenTable<IdSlot, IdKeys>;
 
 struct WordEntry {
     std::string text;
@@ -165,11 +193,37 @@ static_assert(sizeof(Tuple) == 32, "two tuples a cache line");
 constexpr uint32_t NO_TUPLE = 0xFFFFFFFFu;   // Core::tuple_at_: the node has no entry
 constexpr uint32_t UNTUPLED = 0xFFFFFFFEu;   // ... it ends patterns the index cannot hold
 
+inline uint64_t tuple_hash(uint32_t shape, const uint32_t* words, size_t n) {
+    uint64_t h = shape;
+    for (size_t i = 0; i < n; ++i) h = (h ^ words[i]) * 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 32);  // the table takes low bits: fold in the high ones, which see all
+}
+
+// At most 3/4 full: at 1/2 the table's lines are twice as many, and on a machine whose
+// shared cache is contended its probes then miss more often.
+struct TupleKeys {
+    static constexpr size_t MAX_FULL = 3, OF = 4;
+    static bool free(const Tuple& t) { return t.shape == 0; }
+    static Tuple free_slot() { return Tuple{}; }
+    static size_t hash(const Tuple& t, int) { return tuple_hash(t.shape, t.words, t.shape >> 16); }
+};
+using TupleTable = OpenTable<Tuple, TupleKeys>;
+
 struct WordSlot {
     uint32_t hash32;
     uint32_t id_plus1;  // 0: free slot
     uint64_t key;       // short_key of the word: a short word is found without reading its text
 };
+
+// The word table is keyed by the word's bytes; a slot keeps the top half of the word's
+// hash, compared before the key or the text.
+struct WordKeys {
+    static constexpr size_t MAX_FULL = 3, OF = 4;
+    static bool free(const WordSlot& s) { return s.id_plus1 == 0; }
+    static WordSlot free_slot() { return WordSlot{0, 0, 0}; }
+    static size_t hash(const WordSlot& s, int) { return s.hash32; }
+};
+using WordTable = OpenTable<WordSlot, WordKeys>;
 
 // A result of one end node (the Ids of its ids), kept for the next match ending there
 // alone; dropped by a write to the node. Direct-mapped by node: bounded memory however

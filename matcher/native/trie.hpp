@@ -168,13 +168,9 @@ inline void Core::retag(uint32_t i) {
     } else if (n.label == HASH) {
         nodes_[n.parent].hash = ref;
     } else {
-        size_t mask = edges_.size() - 1;
-        size_t k = edge_bucket(n.parent, n.label) & mask;
-        while (!(edges_[k].parent == n.parent && edges_[k].word == n.label &&
-                 edges_[k].child != NO_NODE))
-            k = (k + 1) & mask;
-        edges_[k].child = ref;
-        edges_[k].ids = n.ids;
+        Edge& e = edges_[edge_at(n.parent, n.label)];
+        e.child = ref;
+        e.ids = n.ids;
     }
     sync_tuple(i);
 }
@@ -287,89 +283,40 @@ inline uint32_t Core::pop_id(Node& n, uint32_t pos) {
 }
 
 // -- edges -------------------------------------------------------------------------------
+
+// The slot of edge (parent, word), or the free slot where its probe ends.
+inline size_t Core::edge_at(uint32_t parent, uint32_t word) const {
+    return static_cast<size_t>(probe(edges_.data(), edges_.mask(), parent, word) - edges_.data());
+}
+
 // The edge (parent, word) to node `c` (its reference and ids mirror taken from it).
 inline void Core::insert_edge(uint32_t parent, uint32_t word, uint32_t c) {
-    if ((edge_count_ + 1) * 4 > edges_.size() * 3) {
-        std::vector<Edge> old;
-        old.swap(edges_);
-        edges_.assign(old.size() * 2, Edge{0, 0, NO_NODE, 0});
-        --edge_shift_;
-        for (const Edge& e : old)
-            if (e.child != NO_NODE) place_edge(e);
-    }
-    place_edge(Edge{parent, word, c | tags(c), nodes_[c].ids});
-    ++edge_count_;
+    if (edges_.full()) edges_.grow();
+    edges_.place(Edge{parent, word, c | tags(c), nodes_[c].ids});
 }
 
-inline void Core::place_edge(const Edge& e) {
-    size_t mask = edges_.size() - 1;
-    size_t i = edge_bucket(e.parent, e.word) & mask;
-    while (edges_[i].child != NO_NODE) i = (i + 1) & mask;
-    edges_[i] = e;
-}
-
-inline void Core::erase_edge(uint32_t parent, uint32_t word) {
-    size_t mask = edges_.size() - 1;
-    size_t i = edge_bucket(parent, word) & mask;
-    while (!(edges_[i].parent == parent && edges_[i].word == word && edges_[i].child != NO_NODE))
-        i = (i + 1) & mask;
-    for (size_t j = (i + 1) & mask; edges_[j].child != NO_NODE; j = (j + 1) & mask) {
-        size_t home = edge_bucket(edges_[j].parent, edges_[j].word) & mask;
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            edges_[i] = edges_[j];
-            i = j;
-        }
-    }
-    edges_[i] = Edge{0, 0, NO_NODE, 0};
-    --edge_count_;
-}
+inline void Core::erase_edge(uint32_t parent, uint32_t word) { edges_.erase(edge_at(parent, word)); }
 
 // -- ids -----------------------------------------------------------------------------------
+
 inline const IdSlot* Core::find_id(uint32_t id) const {
-    size_t mask = idslots_.size() - 1;
-    for (size_t i = id_bucket(id) & mask;; i = (i + 1) & mask) {
-        const IdSlot& s = idslots_[i];
-        if (s.node == EMPTY_SLOT) return nullptr;
-        if (s.id == id) return &s;
-    }
+    const IdSlot& s =
+        idslots_[idslots_.find(IdKeys::bucket(id), [id](const IdSlot& s) { return s.id == id; })];
+    return IdKeys::free(s) ? nullptr : &s;
 }
 
 inline IdSlot* Core::find_id(uint32_t id) {
     return const_cast<IdSlot*>(static_cast<const Core*>(this)->find_id(id));
 }
 
-inline void Core::place_id(const IdSlot& slot) {
-    size_t mask = idslots_.size() - 1;
-    size_t i = id_bucket(slot.id) & mask;
-    while (idslots_[i].node != EMPTY_SLOT) i = (i + 1) & mask;
-    idslots_[i] = slot;
-}
-
 inline void Core::insert_id(uint32_t id, uint32_t node, uint32_t text, uint32_t pos) {
-    if ((id_count_ + 1) * 5 > idslots_.size() * 4) {
-        std::vector<IdSlot> old;
-        old.swap(idslots_);
-        idslots_.assign(old.size() * 2, IdSlot{0, EMPTY_SLOT, 0, 0});
-        for (const IdSlot& s : old)
-            if (s.node != EMPTY_SLOT) place_id(s);
-    }
-    place_id(IdSlot{id, node, text, pos});
-    ++id_count_;
+    if (idslots_.full()) idslots_.grow();
+    idslots_.place(IdSlot{id, node, text, pos});
 }
 
+// `id` is in the table.
 inline void Core::erase_id(uint32_t id) {
-    size_t mask = idslots_.size() - 1;
-    size_t i = id_bucket(id) & mask;
-    while (idslots_[i].id != id || idslots_[i].node == EMPTY_SLOT) i = (i + 1) & mask;
-    for (size_t j = (i + 1) & mask; idslots_[j].node != EMPTY_SLOT; j = (j + 1) & mask) {
-        size_t home = id_bucket(idslots_[j].id) & mask;
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            idslots_[i] = idslots_[j];
-            i = j;
-        }
-    }
-    idslots_[i] = IdSlot{0, EMPTY_SLOT, 0, 0};
-    --id_count_;
+    idslots_.erase(idslots_.find(IdKeys::bucket(id), [id](const IdSlot& s) { return s.id == id; }));
 }
 
 }  // namespace topicstore

@@ -34,7 +34,8 @@ inline Ends Core::tuple_walk(const uint32_t* words, size_t n) {
     uint32_t wanted[MAX_SHAPES];
     size_t slots[MAX_SHAPES];
     size_t probes = 0;
-    const size_t mask = tuples_.size() - 1;
+    const Tuple* table = tuples_.data();
+    const size_t mask = tuples_.mask();
     for (const auto& [shape, count] : shapes) {
         (void)count;
         bool known = true;
@@ -46,22 +47,20 @@ inline Ends Core::tuple_walk(const uint32_t* words, size_t n) {
         if (!known) continue;  // a word no pattern names where this shape needs one
         wanted[probes] = shape;
         slots[probes] = tuple_hash(shape, keys[probes], n) & mask;
-        __builtin_prefetch(&tuples_[slots[probes]]);
+        __builtin_prefetch(table + slots[probes]);
         ++probes;
     }
     uint32_t* level = room(level_, probes + 1);
     uint32_t* ids = room(end_ids_, probes + 1);
     size_t count = 0;
-    for (size_t q = 0; q < probes; ++q)
-        for (size_t i = slots[q];; i = (i + 1) & mask) {
-            const Tuple& t = tuples_[i];
-            if (t.shape == 0) break;
-            if (t.shape == wanted[q] && std::equal(keys[q], keys[q] + n, t.words)) {
-                level[count] = t.ref;
-                ids[count++] = t.ids;
-                break;
-            }
-        }
+    for (size_t q = 0; q < probes; ++q) {
+        const Tuple& t = table[TupleTable::probe(table, mask, slots[q], [&](const Tuple& t) {
+            return t.shape == wanted[q] && std::equal(keys[q], keys[q] + n, t.words);
+        })];
+        if (TupleKeys::free(t)) continue;
+        level[count] = t.ref;
+        ids[count++] = t.ids;
+    }
     prefetch_results(level, ids, count);
     return Ends{level, ids, count};
 }
@@ -114,9 +113,8 @@ inline void Core::sync_tuple(uint32_t i) {
     if (!tuples_on_) return;  // holdable: build_tuples() enters it when the index is back
     t.ref = i | tags(i);
     t.ids = nodes_[i].ids;
-    if ((tuple_count_ + 1) * 4 > tuples_.size() * 3) grow_tuples();  // add() made room first
+    if (tuples_.full()) grow_tuples();  // add() made room first
     place_tuple(t);
-    ++tuple_count_;
     count_shape(shapes_[n], t.shape, 1);
 }
 
@@ -132,42 +130,25 @@ inline void Core::count_shape(std::vector<std::pair<uint32_t, uint32_t>>& shapes
 }
 
 inline void Core::place_tuple(const Tuple& t) {
-    const size_t mask = tuples_.size() - 1;
-    size_t i = tuple_hash(t.shape, t.words, t.shape >> 16) & mask;
-    while (tuples_[i].shape != 0) i = (i + 1) & mask;
-    tuples_[i] = t;
-    tuple_at_[t.ref & INDEX] = static_cast<uint32_t>(i);
+    tuple_at_[t.ref & INDEX] = static_cast<uint32_t>(tuples_.place(t));
 }
 
-// At most 3/4 full; grown before the trie changes (add) so that an entry's insertion
-// allocates nothing.
+// Grown before the trie changes (add) so that an entry's insertion allocates nothing.
 inline void Core::reserve_tuple() {
-    if (tuples_on_ && (tuple_count_ + 1) * 4 > tuples_.size() * 3) grow_tuples();
+    if (tuples_on_ && tuples_.full()) grow_tuples();
 }
 
 inline void Core::grow_tuples() {
-    std::vector<Tuple> old;
-    old.swap(tuples_);
-    tuples_.assign(std::max<size_t>(16, old.size() * 2), Tuple{});
-    for (const Tuple& t : old)
-        if (t.shape != 0) place_tuple(t);
+    tuples_.rehash(2 * tuples_.slots(), [this](const Tuple& t, size_t i) {
+        tuple_at_[t.ref & INDEX] = static_cast<uint32_t>(i);
+    });
 }
 
-// Backward-shift deletion (no tombstones: probing stays exact).
 inline void Core::erase_tuple(uint32_t i) {
-    const size_t mask = tuples_.size() - 1;
     const uint32_t shape = tuples_[i].shape;
-    for (size_t j = (i + 1) & mask; tuples_[j].shape != 0; j = (j + 1) & mask) {
-        const Tuple& t = tuples_[j];
-        size_t home = tuple_hash(t.shape, t.words, t.shape >> 16) & mask;
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            tuples_[i] = t;
-            tuple_at_[t.ref & INDEX] = static_cast<uint32_t>(i);
-            i = static_cast<uint32_t>(j);
-        }
-    }
-    tuples_[i] = Tuple{};
-    --tuple_count_;
+    tuples_.erase(i, [this](const Tuple& t, size_t to) {
+        tuple_at_[t.ref & INDEX] = static_cast<uint32_t>(to);
+    });
     count_shape(shapes_[shape >> 16], shape, -1);
 }
 
@@ -182,11 +163,10 @@ inline void Core::settle_tuples() {
 }
 
 inline void Core::drop_tuples() {
-    std::vector<Tuple>().swap(tuples_);
+    tuples_.reset(0);
     for (uint32_t& at : tuple_at_)
         if (at != UNTUPLED) at = NO_TUPLE;
     for (auto& shapes : shapes_) shapes.clear();
-    tuple_count_ = 0;
     tuples_on_ = false;
 }
 
@@ -196,8 +176,8 @@ inline void Core::build_tuples() {
         size_t ends = 0;
         for (const Node& n : nodes_) ends += n.live() && n.nids != 0;
         size_t size = 16;
-        while ((ends + 1) * 4 > size * 3) size *= 2;
-        tuples_.assign(size, Tuple{});
+        while ((ends + 1) * TupleKeys::OF > size * TupleKeys::MAX_FULL) size *= 2;
+        tuples_.reset(size);
         tuples_on_ = true;
         for (uint32_t i = 0; i < nodes_.size(); ++i)
             if (nodes_[i].live() && nodes_[i].nids != 0) sync_tuple(i);

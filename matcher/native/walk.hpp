@@ -37,10 +37,9 @@ inline void Core::step(uint32_t ref, uint32_t w, uint32_t keep, Scratch& next) c
 // The edge's slot, or a free slot (child NO_NODE) when there is no such edge.
 inline const Edge* Core::probe(const Edge* edges, size_t mask, uint32_t parent,
                                uint32_t word) const {
-    for (size_t i = edge_bucket(parent, word) & mask;; i = (i + 1) & mask) {
-        const Edge* e = edges + i;
-        if (e->child == NO_NODE || (e->parent == parent && e->word == word)) return e;
-    }
+    return edges + EdgeTable::probe(edges, mask, edge_bucket(parent, word), [=](const Edge& e) {
+               return e.parent == parent && e.word == word;
+           });
 }
 
 inline Ends Core::plain_walk(const uint32_t* words, size_t n) {
@@ -58,7 +57,7 @@ inline Ends Core::plain_walk(const uint32_t* words, size_t n) {
     uint32_t* ids = room(end_ids_, 1);  // the last level's Node::ids (see Ends)
     ids[0] = nodes_[0].ids;
     const Edge* edges = edges_.data();
-    const size_t mask = edges_.size() - 1;
+    const size_t mask = edges_.mask();
     for (size_t i = 0; i < n; ++i) {
         uint32_t w = words[i];
         uint32_t* next = room(*bufs[at ^ 1], 2 * count);
@@ -142,7 +141,7 @@ inline uint32_t* Core::room(Scratch& v, size_t need) {
 // A level's probes are independent of each other: asking for all their cache lines
 // first overlaps the misses (the walk is bound by them on large tries, profiled).
 inline void Core::prefetch_level(const uint32_t* level, size_t count, uint32_t w) const {
-    size_t mask = edges_.size() - 1;
+    size_t mask = edges_.mask();
     for (size_t j = 0; j < count; ++j) {
         uint32_t ref = level[j];
         if ((ref & HAS_KIDS) && w != UNKNOWN_WORD)
@@ -170,7 +169,7 @@ inline void Core::reach(uint32_t ref) {
     const uint32_t* slot_word = slot_word_.data();
     const size_t k = slot_word_.size();
     const Edge* edges = edges_.data();
-    const size_t mask = edges_.size() - 1;
+    const size_t mask = edges_.mask();
     std::vector<uint32_t>* lists = by_word_.data();
     for (size_t slot = 0; slot < k; ++slot) {
         uint32_t c = probe(edges, mask, h, slot_word[slot])->child;
@@ -216,7 +215,7 @@ inline void Core::static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32
         m.out.resize(at + 2 * static_cast<size_t>(len - m.done));
         uint32_t* out = m.out.data() + at;
         const Edge* edges = edges_.data();
-        const size_t mask = edges_.size() - 1;
+        const size_t mask = edges_.mask();
         const Node* nodes = nodes_.data();
         const bool known = w != UNKNOWN_WORD;
         for (uint32_t j = m.done; j < len; ++j) {
@@ -389,7 +388,7 @@ inline Ends Core::hash_walk(const uint32_t* words, size_t n, std::vector<uint32_
         uint32_t* reach_out = reaching;
         {
             const Edge* edges = edges_.data();
-            const size_t mask = edges_.size() - 1;
+            const size_t mask = edges_.mask();
             const Node* nodes = nodes_.data();
             const bool known = w != UNKNOWN_WORD;
             // A stepped child is written always and kept if wanted: no branch on it.

@@ -52,30 +52,24 @@ inline size_t Core::split_words(const char* data, size_t n, char sep,
     return count;
 }
 
-// -- words -------------------------------------------------------------------------------
 // word_id of a word of n < 8 bytes, given packed (pack_short).
 inline uint32_t Core::short_word_id(uint64_t packed, uint32_t n) const {
     const uint64_t key = short_key_of(packed, n);
     const uint32_t h32 = static_cast<uint32_t>(mix64(hash_seed(n) ^ packed) >> 32);  // hash_bytes
-    const size_t mask = wordslots_.size() - 1;
-    for (size_t i = h32 & mask;; i = (i + 1) & mask) {
-        const WordSlot& s = wordslots_[i];
-        if (s.id_plus1 == 0) return UNKNOWN_WORD;
-        if (s.hash32 == h32 && s.key == key) return s.id_plus1 - 1;
-    }
+    const WordSlot& s = wordslots_[wordslots_.find(
+        h32, [h32, key](const WordSlot& s) { return s.hash32 == h32 && s.key == key; })];
+    return WordKeys::free(s) ? UNKNOWN_WORD : s.id_plus1 - 1;
 }
 
 // word_id of a word of n >= 8 bytes (its slot's key is 0: the text is compared).
 inline uint32_t Core::long_word_id(const char* p, uint32_t n) const {
     const uint32_t h32 = static_cast<uint32_t>(hash_bytes(p, n) >> 32);
-    const size_t mask = wordslots_.size() - 1;
-    for (size_t i = h32 & mask;; i = (i + 1) & mask) {
-        const WordSlot& s = wordslots_[i];
-        if (s.id_plus1 == 0) return UNKNOWN_WORD;
-        if (s.hash32 != h32 || s.key != 0) continue;
+    const WordSlot& s = wordslots_[wordslots_.find(h32, [&](const WordSlot& s) {
+        if (s.hash32 != h32 || s.key != 0) return false;
         const std::string& w = words_[s.id_plus1 - 1].text;
-        if (w.size() == n && same_bytes(w.data(), p, n)) return s.id_plus1 - 1;
-    }
+        return w.size() == n && same_bytes(w.data(), p, n);
+    })];
+    return WordKeys::free(s) ? UNKNOWN_WORD : s.id_plus1 - 1;
 }
 
 // A word of split_words: packed holds its bytes when it has fewer than 8.
@@ -87,7 +81,7 @@ inline uint32_t Core::word_at(const char* p, size_t n, uint64_t packed) const {
 inline uint32_t Core::intern(const char* p, uint32_t size) {
     uint32_t w = word_id(p, size);
     if (w != UNKNOWN_WORD) return w;
-    if ((word_count_ + 1) * 4 > wordslots_.size() * 3) grow_words();
+    if (wordslots_.full()) wordslots_.grow();
     if (!free_words_.empty()) {
         w = free_words_.back();
         free_words_.pop_back();
@@ -99,45 +93,18 @@ inline uint32_t Core::intern(const char* p, uint32_t size) {
     e.text.assign(p, size);
     e.hash = hash_bytes(p, size);
     e.refs = 0;
-    place_word(w);
-    ++word_count_;
+    wordslots_.place(
+        WordSlot{static_cast<uint32_t>(e.hash >> 32), w + 1, short_key(e.text.data(), size)});
     return w;
 }
 
-inline void Core::place_word(uint32_t w) {
-    uint32_t h32 = static_cast<uint32_t>(words_[w].hash >> 32);
-    size_t mask = wordslots_.size() - 1;
-    size_t i = h32 & mask;
-    while (wordslots_[i].id_plus1 != 0) i = (i + 1) & mask;
-    const std::string& text = words_[w].text;
-    wordslots_[i] = WordSlot{h32, w + 1, short_key(text.data(), text.size())};
-}
-
-inline void Core::grow_words() {
-    std::vector<WordSlot> old;
-    old.swap(wordslots_);
-    wordslots_.assign(old.size() * 2, WordSlot{0, 0, 0});
-    for (const WordSlot& s : old)
-        if (s.id_plus1 != 0) place_word(s.id_plus1 - 1);
-}
-
-// A word's last edge is gone: forget it (backward-shift deletion keeps probing exact).
+// A word's last edge is gone: forget it.
 inline void Core::release_word(uint32_t w) {
     if (--words_[w].refs != 0) return;
-    size_t mask = wordslots_.size() - 1;
-    size_t i = static_cast<uint32_t>(words_[w].hash >> 32) & mask;
-    while (wordslots_[i].id_plus1 != w + 1) i = (i + 1) & mask;
-    for (size_t j = (i + 1) & mask; wordslots_[j].id_plus1 != 0; j = (j + 1) & mask) {
-        size_t home = wordslots_[j].hash32 & mask;
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            wordslots_[i] = wordslots_[j];
-            i = j;
-        }
-    }
-    wordslots_[i] = WordSlot{0, 0, 0};
+    wordslots_.erase(wordslots_.find(static_cast<uint32_t>(words_[w].hash >> 32),
+                                     [w](const WordSlot& s) { return s.id_plus1 == w + 1; }));
     std::string().swap(words_[w].text);
     free_words_.push_back(w);
-    --word_count_;
 }
 
 }  // namespace topicstore
