@@ -31,7 +31,7 @@ inline std::string Core::check() const {
         ids += n.nids;
         if (i != 0 && n.empty()) return "unpruned empty node";
         if (n.is_hash() && n.hash != NO_NODE) return "non-canonical";
-        if (n.is_hash() && n.star > epoch_) return "stamp from a future walk";
+        if (n.is_hash() && n.stamp() > epoch_) return "stamp from a future walk";
         if (n.is_tail()) {
             uint32_t at = n.tail_at();
             if (n.nids == 0 || n.nchildren != 0 || n.hash != NO_NODE || n.label >= words_.size())
@@ -47,7 +47,7 @@ inline std::string Core::check() const {
                 if (nodes_[a].is_hash()) return "tail leaf below a '#'";
         }
         if (n.hash != NO_NODE && !nodes_[n.hash & INDEX].is_hash()) return "hash edge to a non-# node";
-        uint32_t star = n.star_ref();
+        uint32_t star = n.star();
         if (star != NO_NODE && star != ((star & INDEX) | tags(star & INDEX))) return "star tag";
         if (n.hash != NO_NODE && n.hash != ((n.hash & INDEX) | tags(n.hash & INDEX))) return "hash tag";
         if (n.nids == 0 && n.texts != NO_TEXT) return "texts without ids";
@@ -64,7 +64,7 @@ inline std::string Core::check() const {
         if (i != 0) {
             const Node& p = nodes_[n.parent];
             if (!p.live()) return "dead parent";
-            if (n.label == STAR ? (p.star_ref() & INDEX) != i
+            if (n.label == STAR ? (p.star() & INDEX) != i
                 : n.label == HASH ? (p.hash & INDEX) != i
                                   : (child(n.parent, n.label) & INDEX) != i)
                 return "parent does not lead here";

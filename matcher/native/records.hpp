@@ -86,11 +86,6 @@ class IdVec {
 // 32 bytes, all the walk reads of a node. One id is held inline (most end nodes hold one,
 // and a match then reads nothing else); two or more live in the pool Core::idvecs_.
 struct Node {
-    // Tagged reference to the '*' child (read it through star_ref()). A '#' node never has
-    // one (canonical form: '#.*' is written '*.#'), so there the field is the hash walk's
-    // stamp: the walk that last made this node active. A tail leaf has no child at all:
-    // there it is HAS_TAIL | the offset of its words in Core::tails_.
-    uint32_t star = NO_NODE;
     uint32_t hash = NO_NODE;  // tagged reference to the '#' child
     uint32_t parent = 0;
     uint32_t label = FREE;    // the edge from the parent: a word id, STAR or HASH; FREE: unused
@@ -101,12 +96,33 @@ struct Node {
 
     bool live() const { return label != FREE; }
     bool is_hash() const { return label == HASH; }
-    bool is_tail() const { return !is_hash() && (star & HAS_TAIL); }
-    uint32_t star_ref() const { return is_hash() || (star & HAS_TAIL) ? NO_NODE : star; }
-    uint32_t tail_at() const { return star & TAIL_AT; }  // a tail leaf's words' offset
     bool empty() const {
-        return nids == 0 && nchildren == 0 && star_ref() == NO_NODE && hash == NO_NODE;
+        return nids == 0 && nchildren == 0 && star() == NO_NODE && hash == NO_NODE;
     }
+
+    // The tagged reference to the '*' child; NO_NODE when there is none.
+    uint32_t star() const { return is_hash() || (by_kind_ & HAS_TAIL) ? NO_NODE : by_kind_; }
+    // star() of a node whose reference is tagged HAS_STAR (so neither a '#' node nor a tail
+    // leaf), without testing which: the walks' step.
+    uint32_t star_child() const { return by_kind_; }
+    void set_star(uint32_t ref) { by_kind_ = ref; }  // neither a '#' node nor a tail leaf
+
+    // A '#' node's stamp: the hash walk (its epoch) that last made it active; 0: none.
+    uint32_t stamp() const { return by_kind_; }
+    void set_stamp(uint32_t epoch) { by_kind_ = epoch; }
+
+    // Whether the node is a tail leaf, and where its words are in Core::tails_.
+    bool is_tail() const { return !is_hash() && (by_kind_ & HAS_TAIL); }
+    uint32_t tail_at() const { return by_kind_ & TAIL_AT; }
+    void set_tail(uint32_t at) { by_kind_ = HAS_TAIL | at; }
+    void clear_tail() { by_kind_ = NO_NODE; }  // no longer a tail leaf (and no '*' child)
+
+   private:
+    // One field for what only one kind of node has, read through the accessors above: the
+    // '*' child's reference, a '#' node's stamp, or a tail leaf's HAS_TAIL | words offset.
+    // A '#' node never has a '*' child (canonical form: '#.*' is written '*.#') and a tail
+    // leaf has no child at all, so no node needs two of them, and the node stays 32 bytes.
+    uint32_t by_kind_ = NO_NODE;
 };
 static_assert(sizeof(Node) == 32, "two nodes a cache line");
 

@@ -78,7 +78,7 @@ inline void Core::unfold(uint32_t leaf) {
     uint32_t at = nodes_[leaf].tail_at();
     std::vector<uint32_t> words(tails_.begin() + at + 1, tails_.begin() + at + 1 + tails_[at]);
     tail_garbage_ += 1 + words.size();
-    nodes_[leaf].star = NO_NODE;
+    nodes_[leaf].clear_tail();
     uint32_t parent = nodes_[leaf].parent, label = nodes_[leaf].label;
     erase_edge(parent, label);
     for (uint32_t w : words) {  // each word's ref moves from the tail to an edge
@@ -101,7 +101,7 @@ inline void Core::drop_tail(uint32_t i) {
     uint32_t n = tails_[at];
     for (uint32_t k = 1; k <= n; ++k) release_word(tails_[at + k]);
     tail_garbage_ += 1 + n;
-    nodes_[i].star = NO_NODE;
+    nodes_[i].clear_tail();
     compact_tails();
 }
 
@@ -115,7 +115,7 @@ inline void Core::compact_tails(bool force) {
     for (Node& n : nodes_) {
         if (!n.live() || !n.is_tail()) continue;
         uint32_t at = n.tail_at();
-        n.star = HAS_TAIL | static_cast<uint32_t>(fresh.size());
+        n.set_tail(static_cast<uint32_t>(fresh.size()));
         fresh.insert(fresh.end(), tails_.begin() + at, tails_.begin() + at + 1 + tails_[at]);
     }
     tails_.swap(fresh);

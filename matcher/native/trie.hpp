@@ -17,7 +17,7 @@ namespace topicstore {
 // The tags of node `i` (what a reference to it carries).
 inline uint32_t Core::tags(uint32_t i) const {
     const Node& n = nodes_[i];
-    return (n.star_ref() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
+    return (n.star() != NO_NODE ? HAS_STAR : 0) | (n.hash != NO_NODE ? HAS_HASH : 0) |
            (n.nids ? HAS_IDS : 0) | (n.nids >= 2 ? HAS_MANY : 0) |
            (n.nchildren ? HAS_KIDS : 0) | (n.is_tail() ? HAS_TAIL : 0) |
            (hashes_below_[i] ? HAS_FEEDS : 0);
@@ -40,13 +40,13 @@ inline bool Core::add(uint32_t id, const Token* tokens, size_t ntokens, const ch
     for (size_t i = 0; i < ntokens; ++i) {
         const Token& t = tokens[i];
         uint32_t next;
-        if (nodes_[cur].is_hash() && t.kind != 0)  // its '*' field is the stamp
+        if (nodes_[cur].is_hash() && t.kind != 0)  // canonical form: no '#.*', no '#.#'
             throw std::logic_error("non-canonical pattern: a wildcard after '#'");
         if (t.kind == STAR) {
-            next = nodes_[cur].star & INDEX;
+            next = nodes_[cur].star() & INDEX;
             if (next == NO_NODE) {
                 next = new_node(cur, STAR);
-                nodes_[cur].star = next;
+                nodes_[cur].set_star(next);
                 retag(cur);
             }
         } else if (t.kind == HASH) {
@@ -77,7 +77,7 @@ inline bool Core::add(uint32_t id, const Token* tokens, size_t ntokens, const ch
                 for (size_t j = i + 1; tail && j < ntokens; ++j) tail = tokens[j].kind == 0;
                 next = new_node(cur, w);
                 ++words_[w].refs;
-                if (tail) nodes_[next].star = HAS_TAIL | new_tail(tokens + i + 1, rest);
+                if (tail) nodes_[next].set_tail(new_tail(tokens + i + 1, rest));
                 insert_edge(cur, w, next);
                 if (++nodes_[cur].nchildren == 1) retag(cur);
                 if (tail) {
@@ -133,7 +133,7 @@ inline bool Core::remove(uint32_t id) {
         uint32_t parent = n.parent;
         Node& p = nodes_[parent];
         if (n.label == STAR) {
-            p.star = NO_NODE;
+            p.set_star(NO_NODE);
             retag(parent);
         } else if (n.label == HASH) {
             p.hash = NO_NODE;
@@ -164,7 +164,7 @@ inline void Core::retag(uint32_t i) {
     const Node& n = nodes_[i];
     uint32_t ref = i | tags(i);
     if (n.label == STAR) {
-        nodes_[n.parent].star = ref;
+        nodes_[n.parent].set_star(ref);
     } else if (n.label == HASH) {
         nodes_[n.parent].hash = ref;
     } else {

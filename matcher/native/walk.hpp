@@ -27,7 +27,7 @@ inline void Core::step(uint32_t ref, uint32_t w, uint32_t keep, Scratch& next) c
         if (c & keep) next.push_back(c);
     }
     if (ref & HAS_STAR) {
-        uint32_t c = nodes_[ref & INDEX].star;
+        uint32_t c = nodes_[ref & INDEX].star_child();
         if (c & keep) next.push_back(c);
     }
 }
@@ -77,7 +77,7 @@ inline Ends Core::plain_walk(const uint32_t* words, size_t n) {
                     }
                 }
                 if (ref & HAS_STAR) {
-                    uint32_t c = nodes_[ref & INDEX].star;
+                    uint32_t c = nodes_[ref & INDEX].star_child();
                     if (c & HAS_EDGES) next[m++] = c;
                 }
             }
@@ -96,7 +96,7 @@ inline Ends Core::plain_walk(const uint32_t* words, size_t n) {
                     }
                 }
                 if (ref & HAS_STAR) {
-                    uint32_t c = nodes_[ref & INDEX].star;
+                    uint32_t c = nodes_[ref & INDEX].star_child();
                     if (c & HAS_IDS) {
                         next[m] = c;
                         ids[m++] = nodes_[c & INDEX].ids;
@@ -160,8 +160,8 @@ inline void Core::reach(uint32_t ref) {
     // more at the end, for its ids, when it has some).
     uint32_t href = nodes_[ref & INDEX].hash;
     Node& h_node = nodes_[href & INDEX];
-    if (h_node.star == epoch_) return;  // a '#' node's stamp (see Node)
-    h_node.star = epoch_;
+    if (h_node.stamp() == epoch_) return;
+    h_node.set_stamp(epoch_);
     active_.push_back(href);
     if (counting_) count_active(href & INDEX);
     if (!(href & HAS_KIDS)) return;
@@ -224,7 +224,7 @@ inline void Core::static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32
                 *out = probe(edges, mask, ref & INDEX, w)->child;
                 out += *out != NO_NODE;
             }
-            if (ref & HAS_STAR) *out++ = nodes[ref & INDEX].star;
+            if (ref & HAS_STAR) *out++ = nodes[ref & INDEX].star_child();
         }
         m.out.resize(static_cast<size_t>(out - m.out.data()));
         m.done = len;
@@ -317,7 +317,7 @@ inline Ends Core::hash_walk(const uint32_t* words, size_t n, std::vector<uint32_
     prepare_hash_walk();  // (a matcher without '#' walks here for level_sizes)
     if (++epoch_ == 0) {  // wrapped: forget every stamp
         for (Node& node : nodes_)
-            if (node.is_hash()) node.star = 0;  // the stamp (see Node)
+            if (node.is_hash()) node.set_stamp(0);
         std::memset(static_cast<void*>(active_below_.data()), 0,
                     active_below_.size() * sizeof(ActiveBelow));
         epoch_ = 1;
@@ -408,7 +408,7 @@ inline Ends Core::hash_walk(const uint32_t* words, size_t n, std::vector<uint32_
                         emit(c);
                     }
                 }
-                if (ref & HAS_STAR) emit(nodes[ref & INDEX].star);
+                if (ref & HAS_STAR) emit(nodes[ref & INDEX].star_child());
             }
         }
         next.resize(static_cast<size_t>(out - next.data()));
