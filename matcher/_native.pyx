@@ -516,8 +516,8 @@ cdef class _Core:
             sizes.push_back(size)
         return words
 
-    # A plain method, not a Cython function object: a call skips one indirection (2-3%
-    # of a scaled match, measured); the signature stays in the docstring for inspect.
+    # A plain method, not a Cython function object: a call skips one indirection, a
+    # visible share of a short match; the signature stays in the docstring for inspect.
     @cython.binding(False)
     @cython.embedsignature(True)
     @cython.embedsignature.format("clinic")

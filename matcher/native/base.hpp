@@ -42,8 +42,8 @@ inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
-// Topic words are short: these helpers stay inline, byte loops below 8 bytes (a library
-// memcpy/memcmp call per word showed up in profiles).
+// Topic words are short: these helpers stay inline, byte loops below 8 bytes, where a
+// library memcpy/memcmp call per word would cost more than the bytes it moves.
 inline uint64_t pack_short(const char* p, size_t n) {  // n < 8: the bytes, little-endian
     uint64_t v = 0;
     for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
@@ -99,8 +99,8 @@ struct Word {
 };
 
 // An allocator whose resize() leaves new entries uninitialized: the walks' scratch lists
-// are grown to room for a level and then written (zero-filling them first showed up in
-// profiles of the '#' walk).
+// are grown to room for a level and then written, so zero-filling them first would write
+// every entry twice.
 template <class T>
 struct NoInit : std::allocator<T> {
     template <class U>

@@ -47,7 +47,7 @@ inline PyObject* Core::combo_get(const uint32_t* nodes, uint32_t n) const {
     return nullptr;
 }
 
-// A loop, not memcmp: at most COMBO_NODES entries (the library call cost more, callgrind).
+// A loop, not memcmp: at most COMBO_NODES entries, fewer than a library call is worth.
 inline bool Core::same_nodes(const uint32_t* a, const uint32_t* b, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i)
         if (a[i] != b[i]) return false;

@@ -128,9 +128,8 @@ static_assert(sizeof(Node) == 32, "two nodes a cache line");
 
 // A literal edge carries its child's `ids` field too (kept equal by Core::retag): a walk
 // that ends on a literal child reads its ids, or the index of its id vector, from the
-// edge it probed, not from the node. On a trie larger than the cache the end node's line
-// was a second dependent miss after the edge's (profiled: the scaled bench, 100,000
-// patterns, most topics ending on two such nodes).
+// edge it probed, not from the node: on a trie larger than the cache, the end node's line
+// would be a second dependent miss after the edge's.
 struct Edge {
     uint32_t parent;
     uint32_t word;
@@ -183,8 +182,8 @@ struct WordEntry {
 constexpr uint32_t COMBO_NODES = 8;    // end nodes at most (with ids) in a kept result
 constexpr uint32_t COMBO_IDS = 32;     // ids at most in a kept result
 // Two-way: a result goes to the first slot of its pair and the pair's previous first moves
-// to the second (direct-mapped, two colliding end sets evicted each other on every match:
-// ~10% of the throughput workload's matches rebuilt their result, callgrind).
+// to the second, so that two end sets whose slots collide do not evict each other on every
+// match.
 constexpr size_t COMBO_SLOTS = 4096;
 
 struct ComboSlot {
@@ -243,7 +242,7 @@ using WordTable = OpenTable<WordSlot, WordKeys>;
 
 // A result of one end node (the Ids of its ids), kept for the next match ending there
 // alone; dropped by a write to the node. Direct-mapped by node: bounded memory however
-// many nodes are matched over time (one frozenset per end node was unbounded).
+// many nodes are matched over time.
 constexpr size_t CACHED_SLOTS = 1u << 16;
 
 struct CachedSlot {
@@ -253,14 +252,12 @@ struct CachedSlot {
 
 // Whether match() consults and fills the kept results (cached_, combos_). They pay when
 // most matches find theirs: a hit returns without building anything. When topics are many
-// (device ids, the scaled bench's 63,000 distinct topics over 100,000 patterns) most
-// lookups miss, and a miss costs a cache line of the table, and the put evicts an older
-// result whose object is long out of cache (its reference count is written): measured
-// there, matching with the tables cost 345 ns a match against 300 ns without them (41%
-// of lookups hit), while the throughput bench's 1,000 topics hit 99% and save 30 ns. So
-// after a window of WINDOW lookups in which fewer than 3 in 4 hit, the tables are passed
-// by for the next BYPASS matches, then tried again for a window. Results stay exact
-// either way: a bypassed match builds its result, and writes drop kept results as before.
+// (device ids) most lookups miss, a miss costs a cache line of the table, and the put
+// evicts an older result whose object is long out of cache (its reference count is
+// written): then the tables cost more than they save. So after a window of WINDOW lookups
+// in which fewer than 3 in 4 hit, the tables are passed by for the next BYPASS matches,
+// then tried again for a window. Results stay exact either way: a bypassed match builds
+// its result, and writes drop kept results whether or not the tables are in use.
 class ResultGate {
    public:
     static constexpr uint32_t WINDOW = 4096;

@@ -16,6 +16,7 @@
 namespace topicstore {
 
 // -- tail leaves ---------------------------------------------------------------------------
+
 // A walk reached tail leaf `ref` with `pos` words consumed. Comparing its tail there
 // would put two dependent cache misses (the leaf, then its words) on the walk's path,
 // for a node that leads nowhere else: the leaf's line is asked for now and the

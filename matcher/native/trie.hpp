@@ -24,6 +24,7 @@ inline uint32_t Core::tags(uint32_t i) const {
 }
 
 // -- writes (the caller holds the write lock and has validated everything) -------------
+
 // Returns false when `id` is already subscribed (the caller checks that first).
 inline bool Core::add(uint32_t id, const Token* tokens, size_t ntokens, const char* text,
                       size_t tlen) {
@@ -239,6 +240,7 @@ inline void Core::free_node(uint32_t i) {
 }
 
 // -- a node's ids ------------------------------------------------------------------------
+
 inline void Core::push_id(Node& n, uint32_t id) {
     if (n.nids == 0) {
         n.ids = id;

@@ -23,11 +23,7 @@ namespace topicstore {
 // pattern, none longer than TUPLE_WORDS) and the topic's length has at most MAX_SHAPES
 // shapes: one probe per shape, all independent (their lines are asked for at once), so
 // no level waits for the one before it. "Tuple space search" (Srinivasan et al., 1999;
-// Open vSwitch's classifier). On the scaled bench (four shapes) a match costs ≈40 ns
-// less than the level walk (218-245 against 261-300 ns; bench/walk_layouts.py compares
-// the two alone); on the throughput bench's 1,000 hot patterns about as much as it.
-// The table is at most 3/4 full: at 1/2 its lines were twice as many and the gain came
-// and went with the neighbours' use of the shared cache.
+// Open vSwitch's classifier); bench/walk_layouts.py compares it with the level walk.
 inline Ends Core::tuple_walk(const uint32_t* words, size_t n) {
     const auto& shapes = shapes_[n];
     uint32_t keys[MAX_SHAPES][TUPLE_WORDS];
@@ -154,8 +150,8 @@ inline void Core::erase_tuple(uint32_t i) {
 
 // After a write: the index is kept only while it can answer, that is while every end
 // node is in it. A pattern it cannot hold ('#', more than TUPLE_WORDS words) drops it,
-// memory and all (the service's market patterns include '#' ones: an index there would
-// cost ≈70 bytes a subscription and never answer), and the write that removes the last
+// memory and all (an index that cannot answer would still cost an entry per end node and
+// its upkeep on every write), and the write that removes the last
 // such pattern builds it again, O(end nodes).
 inline void Core::settle_tuples() {
     if (untupled_ != 0 && tuples_on_) drop_tuples();

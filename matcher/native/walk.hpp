@@ -139,7 +139,7 @@ inline uint32_t* Core::room(Scratch& v, size_t need) {
 }
 
 // A level's probes are independent of each other: asking for all their cache lines
-// first overlaps the misses (the walk is bound by them on large tries, profiled).
+// first overlaps the misses (on a trie larger than the cache the walk is bound by them).
 inline void Core::prefetch_level(const uint32_t* level, size_t count, uint32_t w) const {
     size_t mask = edges_.mask();
     for (size_t j = 0; j < count; ++j) {
@@ -208,8 +208,7 @@ inline void Core::static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32
         // Two entries at most per node: room first, then unchecked writes through
         // locals (nothing here touches the lists, so their pointers hold), and a probed
         // child is written always and kept if it is a node: no branch on whether it
-        // exists, the walk's least predictable (the adversarial topics' cold cost is
-        // mostly the branch predictors' state after a build, measured).
+        // exists, the walk's least predictable.
         const uint32_t* list = by_word_[prev].data();
         const size_t at = m.out.size();
         m.out.resize(at + 2 * static_cast<size_t>(len - m.done));
@@ -233,8 +232,8 @@ inline void Core::static_step(uint32_t prev, uint32_t len, uint32_t slot, uint32
         // Dropped entries need no reach(): without a '#' below, or with it active.
         // (spent() does not touch m.out.) Whether a node is spent changes only when a
         // '#' node becomes active, so with none activated since this memo's last pass
-        // only the entries added since are checked (the adversarial topics activate
-        // most of theirs in the first 40 words: later levels mostly skip the pass).
+        // only the entries added since are checked (a long topic activates most of its
+        // '#' nodes in its first words, so later levels mostly skip the pass).
         const size_t active = active_.size();
         const size_t from = m.proved_active == active ? m.reached : 0;
         size_t kept = from, reached = from;
@@ -289,7 +288,7 @@ inline void Core::count_active(uint32_t h) {
 }
 
 // active_below_ to one per node, the new ones empty (epoch 0): one memset, not a
-// constructor call per node (5,000 instructions of a first walk over 2,300 nodes).
+// constructor call per node.
 inline void Core::grow_active_below() {
     size_t from = active_below_.size();
     active_below_.resize(nodes_.size());
@@ -298,7 +297,7 @@ inline void Core::grow_active_below() {
 }
 
 // The '#' walk's scratch, allocated once (by the first '#' pattern's add(): a first
-// match would otherwise pay for ~30 allocations and their first touch, callgrind).
+// match would otherwise pay for a few dozen allocations and their first touch).
 inline void Core::prepare_hash_walk() {
     if (!memo_.empty()) return;
     memo_.resize(MEMO_SLOTS * (MEMO_SLOTS + 1));

@@ -29,8 +29,7 @@ inline size_t Core::word_ids(const char* const* data, const size_t* sizes, size_
 // only grows (to n + 1, the most words n bytes hold), so the loop writes through a
 // pointer. One byte loop both finds the separators and packs each short word (as
 // pack_short): topic words are a few bytes, not worth a library call or a second pass
-// each (push_back, not inlined, and the packing loop were a tenth of a match's
-// instructions: callgrind, the scaled bench).
+// each.
 inline size_t Core::split_words(const char* data, size_t n, char sep,
                                 std::vector<uint32_t>& out) const {
     if (out.size() < n + 1) out.resize(n + 1);
