@@ -9,7 +9,8 @@ PYTEST_WORKERS ?= 2
 .PHONY: setup tools run test lint typecheck docs docs-build pytest bench clean
 
 # setup.py and the compiled sources too: `pip install -e` compiles them.
-$(STAMP): pyproject.toml setup.py matcher/_native.pyx matcher/native_core.hpp \
+$(STAMP): pyproject.toml setup.py matcher/_native.pyx \
+		$(wildcard matcher/native/*.hpp) \
 		app/_answers.pyx app/answers_json.hpp
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -1,16 +1,19 @@
 """Builds the compiled parts: the ``native`` matching engine and the batch answer's JSON
 encoder; everything else is in pyproject.toml."""
 
+from glob import glob
+
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 
-def cpp_extension(name: str, package: str, header: str) -> Extension:
-    """``package.name`` from ``package/name.pyx`` over ``package/header`` (C++17, -O3)."""
+def cpp_extension(name: str, package: str, *headers: str) -> Extension:
+    """``package.name`` from ``package/name.pyx`` over the headers ``package/<header>`` (globs;
+    C++17, -O3)."""
     return Extension(
         f"{package}.{name}",
         sources=[f"{package}/{name}.pyx"],
-        depends=[f"{package}/{header}"],
+        depends=sorted(path for header in headers for path in glob(f"{package}/{header}")),
         include_dirs=[package],
         language="c++",
         extra_compile_args=["-O3", "-std=c++17"],
@@ -18,7 +21,7 @@ def cpp_extension(name: str, package: str, header: str) -> Extension:
 
 
 EXTENSIONS = [
-    cpp_extension("_native", "matcher", "native_core.hpp"),
+    cpp_extension("_native", "matcher", "native/*.hpp"),
     cpp_extension("_answers", "app", "answers_json.hpp"),
 ]
 

@@ -4,7 +4,7 @@
 // Three layouts of the same 5-word '*' patterns, each answering every topic with the same
 // ids (checked), timed with no Python around them:
 //   edge_table  native's own: nodes by index, literal edges in one open-addressing table
-//               keyed (parent, word), each carrying its child's ids (matcher/native_core.hpp),
+//               keyed (parent, word), each carrying its child's ids (matcher/native/),
 //               and a level's probes prefetched before they are made;
 //   node_blocks each node's literal children packed in one block beside it (word ids, then
 //               child references; a leaf child's reference carries its ids), blocks in

@@ -1,6 +1,6 @@
 # distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""``native``: the ``trie`` engine's algorithm compiled (Cython over ``native_core.hpp``).
+"""``native``: the ``trie`` engine's algorithm compiled (Cython over ``native/*.hpp``).
 
 Nodes, literal edges, interned words and the id -> (node, pattern text) table are C++
 structures indexed by 32-bit integers: a step of the walk compares integers, and no
@@ -57,7 +57,7 @@ cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
 
 
-cdef extern from "native_core.hpp" namespace "topicstore":
+cdef extern from "native/native.hpp" namespace "topicstore":
     cdef uint32_t UNKNOWN_WORD
     cdef uint32_t STAR
     cdef uint32_t HASH
@@ -113,103 +113,7 @@ cdef extern from "native_core.hpp" namespace "topicstore":
         void combo_put(const uint32_t*, uint32_t, uint64_t, PyObject*)
 
 
-cdef extern from *:
-    """
-    #include <utility>
-    // Every (id, text) of the table, for listing: ids and texts copied out in one go.
-    static void topicstore_items(const topicstore::Core& core, std::vector<uint32_t>& ids,
-                                 std::vector<std::string>& texts) {
-        core.for_each_id([&](uint32_t id, const char* text, uint32_t size) {
-            ids.push_back(id);
-            texts.emplace_back(text, size);
-        });
-    }
-    """
-    void topicstore_items(const Core&, vector[uint32_t]&, vector[string]&) except +
-
-
-cdef extern from *:
-    """
-    #include <algorithm>
-    #include <cstdint>
-    // Sort ids[:n] and drop repeats; returns how many are left. Ids within a span of
-    // SPAN_BITS (the usual many-id result: ids are allocated densely) go through a bitmap
-    // on the stack, O(n + span / 64); others through std::sort.
-    static size_t topicstore_sort_ids(uint32_t* ids, size_t n) {
-        constexpr uint32_t SPAN_BITS = 1u << 14;
-        if (n < 2) return n;
-        if (n >= 32) {
-            uint32_t lo = ids[0], hi = ids[0];
-            for (size_t i = 1; i < n; ++i) {
-                lo = std::min(lo, ids[i]);
-                hi = std::max(hi, ids[i]);
-            }
-            if (hi - lo < SPAN_BITS) {
-                uint64_t bits[SPAN_BITS / 64] = {};
-                for (size_t i = 0; i < n; ++i) {
-                    uint32_t d = ids[i] - lo;
-                    bits[d >> 6] |= uint64_t{1} << (d & 63);
-                }
-                size_t out = 0;
-                for (uint32_t w = 0; w <= (hi - lo) >> 6; ++w)
-                    for (uint64_t b = bits[w]; b; b &= b - 1)
-                        ids[out++] = lo + (w << 6) + static_cast<uint32_t>(__builtin_ctzll(b));
-                return out;
-            }
-        }
-        std::sort(ids, ids + n);
-        return static_cast<size_t>(std::unique(ids, ids + n) - ids);
-    }
-    """
-    size_t topicstore_sort_ids(uint32_t*, size_t) nogil
-
-
-cdef extern from *:
-    """
-    #include <algorithm>
-    // A topic of a batch, ready for a walk without the GIL: an ASCII AMQP key to split
-    // here (kind 0), words the dialect's splitter made (kind 1: `count` UTF-8 words from
-    // `first` in the word arrays), or a topic refused before (kind 2: no ids).
-    struct TopicRef {
-        const char* data;
-        size_t size;
-        uint32_t first;
-        uint32_t count;
-        uint32_t kind;
-    };
-    // Walk each of `n` topics: its ids, sorted and distinct, appended to `ids`, their number
-    // to `counts`. Calls no Python code (the caller has released the GIL, holds the guard).
-    static void topicstore_match_refs(topicstore::Core& core, const TopicRef* refs, size_t n,
-                                      const char* const* word_data, const size_t* word_size,
-                                      std::vector<uint32_t>& words,
-                                      std::vector<uint32_t>& counts,
-                                      std::vector<uint32_t>& ids) {
-        for (size_t k = 0; k < n; ++k) {
-            const TopicRef& r = refs[k];
-            if (r.kind == 2) {
-                counts.push_back(0);
-                continue;
-            }
-            size_t count;  // `words`'s size is room, not the topic's words (see split_words)
-            if (r.kind == 0) {
-                count = core.split_words(r.data, r.size, '.', words);
-            } else {
-                count = core.word_ids(word_data + r.first, word_size + r.first, r.count, words);
-            }
-            topicstore::Ends ends = core.walk(words.data(), count, nullptr);
-            size_t start = ids.size();
-            for (size_t j = 0; j < ends.size; ++j) {
-                uint32_t ref = ends.data[j];
-                if (ref & topicstore::HAS_IDS) {
-                    const uint32_t* p = core.end_ids(ends, j);
-                    ids.insert(ids.end(), p, p + core.end_count(ends, j));
-                }
-            }
-            ids.resize(start + topicstore_sort_ids(ids.data() + start, ids.size() - start));
-            counts.push_back(static_cast<uint32_t>(ids.size() - start));
-        }
-    }
-    """
+cdef extern from "native/glue.hpp" namespace "topicstore":
     cdef cppclass TopicRef:
         const char* data
         size_t size
@@ -217,16 +121,19 @@ cdef extern from *:
         uint32_t count
         uint32_t kind
 
-    void topicstore_match_refs(Core&, const TopicRef*, size_t, const char* const*,
-                               const size_t*, vector[uint32_t]&, vector[uint32_t]&,
-                               vector[uint32_t]&) except + nogil
+    void topicstore_items "topicstore::items"(const Core&, vector[uint32_t]&,
+                                                vector[string]&) except +
+    size_t topicstore_sort_ids "topicstore::sort_ids"(uint32_t*, size_t) nogil
+    void topicstore_match_refs "topicstore::match_refs"(
+        Core&, const TopicRef*, size_t, const char* const*, const size_t*, vector[uint32_t]&,
+        vector[uint32_t]&, vector[uint32_t]&) except + nogil
 
 
 #: Results of up to this many ids are kept per node (built on the first match that ends on
-#: the node alone, dropped by any write to it; in a bounded table, see native_core.hpp), as
+#: the node alone, dropped by any write to it; in a bounded table, see native/kept.hpp), as
 #: ``trie`` keeps small frozensets: the common single-node match then returns without
 #: building anything. While most lookups miss (many distinct topics) they are passed by
-#: (``ResultGate`` in native_core.hpp).
+#: (``ResultGate`` in native/records.hpp).
 cdef size_t CACHED_MAX = 16
 #: Lookups per window of the kept results' gate, and matches a closed gate passes by.
 RESULT_GATE_WINDOW = GATE_WINDOW
@@ -609,8 +516,8 @@ cdef class _Core:
             sizes.push_back(size)
         return words
 
-    # A plain method, not a Cython function object: a call skips one indirection (2-3%
-    # of a scaled match, measured); the signature stays in the docstring for inspect.
+    # A plain method, not a Cython function object: a call skips one indirection, a
+    # visible share of a short match; the signature stays in the docstring for inspect.
     @cython.binding(False)
     @cython.embedsignature(True)
     @cython.embedsignature.format("clinic")

@@ -240,8 +240,8 @@ class SubscriptionRepository:
         else:
             self._log("remove", sa.select(Subscription).where(*where))
             query = removed_rows.returning(_TABLE.c.id, _TABLE.c.tenant)
-        rows: list[Any] = self._core(query).all()
-        deleted = [(int(row[0]), str(row[1])) for row in rows]
+        rows = self._core(query).all()
+        deleted = [(int(i), str(t)) for i, t in map(tuple, rows)]
         removed: dict[str, int] = {}
         for _, tenant in deleted:
             removed[tenant] = removed.get(tenant, 0) - 1
