@@ -33,8 +33,9 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from loader.catalog import Catalog, Entry
+from loader.engines import DEFAULT_ENGINES
 from loader.shadow import ShadowCheck
-from loader.table import DEFAULT_ENGINES, RoutingTable
+from loader.table import RoutingTable
 from matcher import Limits
 from matcher.base import gc_paused
 from store.db import CHANGES_CHANNEL, Database

@@ -16,7 +16,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import loader.catalog
 from loader import Entry, RoutingTable, Snapshot
-from loader.table import APPLY_SLICE, as_change
+from loader.applying import APPLY_SLICE
+from loader.repairing import as_change
 from matcher import CapacityError, MatcherError, create_matcher
 from matcher.cache import CachedMatcher
 from store.records import Change, headers_pattern

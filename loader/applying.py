@@ -1,0 +1,238 @@
+"""Applying changes to the routing table: in slices, runs of removes or of topic adds at
+once (``RoutingTable.apply``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from loader.catalog import Entry
+from loader.engines import subscribe_everywhere
+from loader.state import Snapshot, TableState
+from matcher import CapacityError
+from store.records import Change
+
+#: Changes ``apply`` applies per hold of the applier lock, and the pause between two
+#: slices: a slice of removals takes a few milliseconds, so a match waiting for the GIL
+#: meanwhile waits about that long, never for a whole mass removal.
+APPLY_SLICE: Final = 1_000
+APPLY_PAUSE_S: Final = 0.001
+
+
+class Applying(TableState):
+    """The writes of a ``RoutingTable``, one applier at a time."""
+
+    def apply(self, changes: Iterable[Change], progress: Callable[[], object] | None = None) -> int:
+        """Apply changes in order; returns how many changed something. Idempotent: an add
+        already present or a remove of an absent id is skipped (only its seq is recorded).
+
+        The catalog learns of an add before the matchers and forgets a remove after them,
+        so an id a reader gets from a match always has its subscriber in the catalog.
+
+        In slices of ``APPLY_SLICE`` changes: after each the catalog is published at the
+        slice's last seq, the applier lock is released and this thread sleeps
+        ``APPLY_PAUSE_S`` (the GIL goes to the matches waiting for it) before the next, so
+        a mass removal never holds matching for longer than one slice. A run of removes or
+        of topic adds within a slice is applied at once (``_remove_run``, ``_add_run``: the
+        catalog searched and mutated once for all of them, each engine told in one call per
+        (tenant, dialect)). ``progress`` is called after every slice.
+        """
+        batch = changes if isinstance(changes, Sequence) else list(changes)
+        applied = 0
+        refused: list[int] = []
+        error: CapacityError | None = None
+        for start in range(0, len(batch), APPLY_SLICE):
+            if start:
+                time.sleep(APPLY_PAUSE_S)
+            part = batch[start : start + APPLY_SLICE]
+            with self._apply_lock:
+                k = 0
+                while k < len(part):
+                    kind = _run_kind(part[k])
+                    end = k + 1
+                    while kind != "headers" and end < len(part) and _run_kind(part[end]) == kind:
+                        end += 1
+                    if kind == "remove":
+                        applied += self._remove_run(part[k:end])
+                    else:
+                        run = part[k:end]
+                        added, not_served, last_error = (
+                            self._add_run(run) if kind == "add" else self._add(run[0])
+                        )
+                        applied += added
+                        refused += not_served
+                        error = last_error or error
+                    k = end
+                catalog = self._catalog
+                settled = catalog.entries.settled()
+                if settled is not catalog.entries:
+                    self._catalog = Snapshot(catalog.seq, settled)
+            if progress is not None:
+                progress()
+        if error is not None:
+            self._refuse(refused, error)
+        return applied
+
+    def _add(self, change: Change) -> tuple[int, list[int], CapacityError | None]:
+        """One add (under the applier lock; a headers subscription): like ``_add_run``."""
+        catalog = self._catalog
+        sub_id = change.subscription_id
+        if sub_id in catalog.entries:
+            if change.seq > catalog.seq:
+                self._catalog = Snapshot(change.seq, catalog.entries)
+            return 0, [], None
+        entries = catalog.entries.with_add(
+            sub_id, Entry(change.tenant, change.subscriber, change.dialect, change.pattern)
+        )
+        self._set_subscriber(sub_id, entries[sub_id].subscriber, len(entries))
+        self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
+        self.groups.add(change)  # groups: before the matchers see the id
+        try:
+            self._index_headers(change)
+        except CapacityError as e:
+            # Not served, and out of the catalog again, so the store's range and the
+            # catalog's differ: each reconciliation offers it anew, and it goes in once
+            # removals make room. The applier goes on. (Its group membership stays, as
+            # the store has it: see _remove_run.)
+            self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
+            self._set_subscriber(sub_id, None, 0)
+            return 0, [sub_id], e
+        return 1, [], None
+
+    def _add_run(self, run: Sequence[Change]) -> tuple[int, list[int], CapacityError | None]:
+        """Consecutive topic adds (under the applier lock): the catalog searched once and
+        published with every new one first (with their names and groups, so an id a reader
+        gets from a match is always named), then each (tenant, dialect)'s engines given
+        theirs in one ``subscribe_many``. Returns how many were indexed, the ids an engine
+        refused for a capacity (taken out of the catalog again, as ``_add`` does) and the
+        last refusal."""
+        catalog = self._catalog
+        new: dict[int, Change] = {}
+        for change, here in zip(
+            run, catalog.entries.present([c.subscription_id for c in run]), strict=True
+        ):
+            if not here:
+                new.setdefault(change.subscription_id, change)
+        seq = max(catalog.seq, run[-1].seq)
+        if not new:
+            self._catalog = Snapshot(seq, catalog.entries)
+            return 0, [], None
+        entries = catalog.entries.with_adds(
+            [(i, Entry(c.tenant, c.subscriber, c.dialect, c.pattern)) for i, c in new.items()]
+        )
+        names = self._names
+        size = len(entries)
+        by_key: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for sub_id, change in new.items():
+            self._set_subscriber(sub_id, names.names[names.code(change.subscriber)], size)
+            by_key.setdefault((change.tenant, change.dialect), []).append((sub_id, change.pattern))
+        self._catalog = Snapshot(seq, entries)
+        for change in new.values():
+            self.groups.add(change)  # groups: before the matchers see the ids
+        refused: list[int] = []
+        error: CapacityError | None = None
+        for (tenant, dialect), items in by_key.items():
+            not_served, last_error = self._index_many(tenant, dialect, items)
+            refused += not_served
+            error = last_error or error
+        if refused:
+            self._catalog = Snapshot(seq, entries.without(refused))
+            for sub_id in refused:
+                self._set_subscriber(sub_id, None, 0)
+        return len(new) - len(refused), refused, error
+
+    def _index_many(
+        self, tenant: str, dialect: str, items: list[tuple[int, str]]
+    ) -> tuple[list[int], CapacityError | None]:
+        """Subscribe ``items`` in every engine of (tenant, dialect) at once; when one
+        refuses for a capacity (a bulk write is all or nothing), one by one, each in every
+        engine or in none. Returns the refused ids and the last refusal."""
+        key = (tenant, dialect)
+        matchers = self._matchers(tenant, dialect, len(items))
+        engines = list(matchers.values())
+        refused: list[int] = []
+        error: CapacityError | None = None
+        for k, matcher in enumerate(engines):
+            try:
+                matcher.subscribe_many(items)
+            except CapacityError:
+                for sub_id, pattern in items:
+                    try:
+                        subscribe_everywhere(engines, sub_id, pattern, k)
+                    except CapacityError as e:
+                        refused.append(sub_id)
+                        error = e
+                break
+        if len(matchers) > 1 and len(matchers[self._primary]) > self.shadow_max:
+            # Grown past the bound: from now on only the answering engine (a new dict, so
+            # a reader iterating the old one finishes undisturbed).
+            self._topic[key] = {self._primary: matchers[self._primary]}
+        return refused, error
+
+    def _remove_run(self, run: Sequence[Change]) -> int:
+        """Consecutive removes (under the applier lock): the catalog searched once for all
+        of them, the engines told per (tenant, dialect), then the catalog without them
+        published at the run's last seq. Returns how many were present."""
+        catalog = self._catalog
+        groups = self.groups
+        by_key: dict[tuple[str, str, str], list[int]] = {}
+        gone: set[int] = set()
+        for change, here in zip(
+            run, catalog.entries.present([c.subscription_id for c in run]), strict=True
+        ):
+            sub_id = change.subscription_id
+            if not here:  # a refused add, whose group membership the store still had
+                groups.remove(sub_id)
+            elif sub_id not in gone:
+                gone.add(sub_id)
+                key = (change.kind, change.tenant, change.dialect)
+                same = by_key.get(key)
+                if same is None:
+                    by_key[key] = [sub_id]
+                else:
+                    same.append(sub_id)
+        for (kind, tenant, dialect), ids in by_key.items():
+            self._unindex_many(kind, tenant, dialect, ids)
+        entries = catalog.entries
+        if gone:
+            removed = sorted(gone)
+            for sub_id in removed:
+                groups.remove(sub_id)  # groups: after the matchers forgot it
+            entries = entries.without(removed)
+        self._catalog = Snapshot(max(catalog.seq, run[-1].seq), entries)
+        by_id, far = self._by_id, self._far
+        size = len(by_id)
+        for sub_id in gone:  # _set_subscriber(sub_id, None, 0), inlined
+            if sub_id < size:
+                by_id[sub_id] = None
+            if far:
+                far.pop(sub_id, None)
+        return len(gone)
+
+    def _index_headers(self, change: Change) -> None:
+        assert change.criteria is not None and change.mode is not None
+        self._headers_of(change.tenant).subscribe(
+            change.subscription_id, change.criteria, change.mode
+        )
+
+    def _unindex_many(self, kind: str, tenant: str, dialect: str, ids: Sequence[int]) -> None:
+        """Unsubscribe ``ids`` of one (tenant, dialect) (or headers) from its engines."""
+        if kind == "headers":
+            headers = self._headers.get(tenant)
+            if headers is not None:
+                for sub_id in ids:
+                    headers.unsubscribe(sub_id)
+            return
+        for matcher in self._topic.get((tenant, dialect), {}).values():
+            unsubscribe = matcher.unsubscribe
+            for sub_id in ids:
+                unsubscribe(sub_id)
+
+
+def _run_kind(change: Change) -> str:
+    """What ``apply`` batches a change with: removes with removes, topic adds with topic
+    adds; a headers add goes alone."""
+    if change.op == "remove":
+        return "remove"
+    return "add" if change.kind != "headers" else "headers"
