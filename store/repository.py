@@ -169,10 +169,8 @@ class SubscriptionRepository:
             # exactly those above the previous maximum.
             self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
         created: dict[str, list[int]] = {}
-        for sub_id, tenant in inserted:
+        for sub_id, tenant in sorted(inserted):
             created.setdefault(tenant, []).append(sub_id)
-        for made in created.values():
-            made.sort()
         self._count({tenant: len(made) for tenant, made in created.items()})
         per_item = self._item_ids(len(items), max_before, len(inserted)) if ids else None
         session.execute(sa.text("DROP TABLE staging"))
