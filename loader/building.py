@@ -5,7 +5,6 @@ row."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -14,12 +13,8 @@ from loader.catalog import Catalog, numpy_view
 from loader.engines import add_headers, subscribe_everywhere
 from loader.state import DENSE_FACTOR, DENSE_SLACK, Snapshot, TableState
 from matcher import CapacityError, Matcher
+from store.columns import COLUMNS, SCHEMA
 from store.records import HEADERS_DIALECT, Change
-
-#: The columns ``load_columns`` reads.
-COLUMNS: Final = ("id", "tenant", "subscriber", "dialect", "pattern")
-
-_SCHEMA: Final = pa.schema([("id", pa.int64()), *((name, pa.string()) for name in COLUMNS[1:])])
 
 
 class Building(TableState):
@@ -37,7 +32,7 @@ class Building(TableState):
             if row.group is not None:
                 members.append((row.subscription_id, row.tenant, row.group, row.group_policy))
         self.load_columns(
-            pa.table({"id": pa.array(ids, pa.int64()), **columns}, schema=_SCHEMA), seq, members
+            pa.table({"id": pa.array(ids, pa.int64()), **columns}, schema=SCHEMA), seq, members
         )
 
     def load_columns(

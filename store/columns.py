@@ -15,11 +15,9 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-#: What a loader builds from.
-_COLUMN_NAMES: Final = ("id", "tenant", "subscriber", "dialect", "pattern")
-_COLUMNS_SCHEMA: Final = pa.schema(
-    [("id", pa.int64()), *((name, pa.string()) for name in _COLUMN_NAMES[1:])]
-)
+#: What a loader builds from: the columns, and their Arrow types.
+COLUMNS: Final = ("id", "tenant", "subscriber", "dialect", "pattern")
+SCHEMA: Final = pa.schema([("id", pa.int64()), *((name, pa.string()) for name in COLUMNS[1:])])
 #: The PostgreSQL startup read (``_postgres_chunks``): rows per statement, the field
 #: separator (a control character: refused in names and patterns), the statement, and how
 #: Arrow splits its answer (no quoting, and an empty line is a line: see there).
@@ -27,12 +25,12 @@ _CHUNK_ROWS: Final = 65_536
 _SEPARATOR: Final = "\x1f"
 _CHUNK_QUERY: Final = (
     "SELECT count(*), max(id), convert_to(string_agg(concat_ws(E'\\x1f', "
-    + ", ".join(_COLUMN_NAMES)
+    + ", ".join(COLUMNS)
     + ", ''), E'\\n'), 'UTF8') FROM (SELECT "
-    + ", ".join(_COLUMN_NAMES)
+    + ", ".join(COLUMNS)
     + " FROM subscription WHERE id > %s ORDER BY id LIMIT %s) AS chunk"
 )
-_CHUNK_FIELDS: Final = (*_COLUMN_NAMES, "end")
+_CHUNK_FIELDS: Final = (*COLUMNS, "end")
 _CHUNK_PARSE: Final = pa_csv.ParseOptions(
     delimiter=_SEPARATOR,
     quote_char=False,
@@ -46,27 +44,27 @@ def read_columns(raw: Any, postgres: bool) -> pa.Table:
     """The table, read on ``raw`` (the DBAPI connection of a session's transaction: a
     psycopg one when ``postgres``, else DuckDB's)."""
     if not postgres:
-        query = f"SELECT {', '.join(_COLUMN_NAMES)} FROM subscription ORDER BY id"
+        query = f"SELECT {', '.join(COLUMNS)} FROM subscription ORDER BY id"
         # In chunks, combined into one copy in Arrow's pool: DuckDB's own buffers are
         # then all freed here, and its allocator hands them back (store.db).
         result: pa.Table = raw.execute(query).to_arrow_table(_CHUNK_ROWS)
-        return result.cast(_COLUMNS_SCHEMA).combine_chunks()
+        return result.cast(SCHEMA).combine_chunks()
     chunks = _postgres_chunks(raw)
     if chunks is None:
         chunks = [_postgres_csv(raw)]
-    return pa.concat_tables(chunks) if chunks else _COLUMNS_SCHEMA.empty_table()
+    return pa.concat_tables(chunks) if chunks else SCHEMA.empty_table()
 
 
 def _parse(data: bytes, parse: pa_csv.ParseOptions, names: Sequence[str]) -> pa.Table:
     """Arrow's CSV reader on ``data``, whose lines hold ``names`` (of which it keeps
-    ``_COLUMN_NAMES``)."""
+    ``COLUMNS``)."""
     return pa_csv.read_csv(
         pa.py_buffer(data),
         read_options=pa_csv.ReadOptions(column_names=list(names)),
         parse_options=parse,
         convert_options=pa_csv.ConvertOptions(
-            column_types=_COLUMNS_SCHEMA,
-            include_columns=list(_COLUMN_NAMES),
+            column_types=SCHEMA,
+            include_columns=list(COLUMNS),
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
         ),
@@ -110,8 +108,8 @@ def _postgres_chunks(raw: Any) -> list[pa.Table] | None:
 def _postgres_csv(raw: Any) -> pa.Table:
     """Every row as one quoted CSV ``COPY``, parsed by Arrow: exact for any text, slower
     (a protocol message per row); see ``_postgres_chunks``."""
-    query = f"SELECT {', '.join(_COLUMN_NAMES)} FROM subscription ORDER BY id"
+    query = f"SELECT {', '.join(COLUMNS)} FROM subscription ORDER BY id"
     chunks: list[bytes] = []
     with raw.cursor() as cursor, cursor.copy(f"COPY ({query}) TO STDOUT (FORMAT csv)") as copy:
         chunks.extend(bytes(chunk) for chunk in copy)
-    return _parse(b"".join(chunks), pa_csv.ParseOptions(), _COLUMN_NAMES)
+    return _parse(b"".join(chunks), pa_csv.ParseOptions(), COLUMNS)
