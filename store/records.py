@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, checked_text, get_dialect
 from matcher.groups import Policy, check_group, check_policy, split_shared
@@ -19,9 +19,13 @@ from store.errors import InvalidSubscriptionError
 
 Kind: TypeAlias = Literal["topic", "headers"]
 Op: TypeAlias = Literal["add", "remove"]
+#: How a headers subscription combines its criteria.
+Mode: TypeAlias = Literal["all", "any"]
+MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 #: The dialect value stored for content-based (headers) subscriptions.
 HEADERS_DIALECT: Final = "headers"
 DEFAULT_TENANT: Final = "default"
+DEFAULT_DIALECT: Final = "amqp"
 MAX_NAME_BYTES: Final = 255
 MAX_LABELS_BYTES: Final = 4096
 
@@ -34,7 +38,7 @@ class NewSubscription:
     subscriber: str
     pattern: str = ""
     tenant: str = DEFAULT_TENANT
-    dialect: str = "amqp"
+    dialect: str = DEFAULT_DIALECT
     kind: Kind = "topic"
     criteria: tuple[tuple[str, str | None], ...] | None = None
     mode: Literal["all", "any"] | None = None
@@ -108,8 +112,12 @@ def headers_from_pattern(text: str) -> tuple[tuple[tuple[str, str | None], ...],
     return criteria, str(raw["mode"])
 
 
-#: C0 control characters other than tab (NUL has its own rule, ``nul_byte``).
-_CONTROLS: Final = re.compile("[\x01-\x08\x0a-\x1f]")
+#: The characters refused in names and patterns: NUL and the C0 controls other than tab,
+#: as the body of a regular expression class that both ``re`` and JSON Schema (ECMA-262)
+#: read, so ``app.contract`` states the rule this module enforces. NUL is refused before
+#: this rule runs (``checked_text``: ``nul_byte``), so here it only completes the range.
+CONTROL_CHARACTERS: Final = "\\u0000-\\u0008\\u000a-\\u001f"
+_CONTROLS: Final = re.compile(f"[{CONTROL_CHARACTERS}]")
 
 
 def _no_controls(text: str, what: str) -> None:
@@ -214,7 +222,7 @@ def validate(
                 "missing_criteria", "a headers subscription needs criteria and a mode"
             )
         matcher = HeadersMatcher(header_limits)
-        if new.mode not in ("all", "any"):
+        if new.mode not in MODES:
             raise InvalidSubscriptionError("invalid_mode", "mode must be 'all' or 'any'")
         criteria = tuple(sorted(matcher.normalize(new.criteria), key=_criterion_order))
         return replace(
