@@ -22,12 +22,21 @@ from typing import Any, Final
 from fastapi import FastAPI
 
 from app.settings import Settings
+from matcher import DIALECTS
+from matcher.groups import MAX_GROUP_BYTES
 from matcher.headers import HeaderLimits
-from store.records import MAX_LABELS_BYTES, MAX_LABELS_DEPTH, MAX_NAME_BYTES
+from store.records import (
+    CONTROL_CHARACTERS,
+    DEFAULT_DIALECT,
+    MAX_LABELS_BYTES,
+    MAX_LABELS_DEPTH,
+    MAX_NAME_BYTES,
+    MODES,
+)
 
 NO_NUL: Final = "^[^\\u0000]*$"
-#: C0 control characters other than tab (and NUL) are refused in names and patterns.
-NO_CONTROLS: Final = "^[^\\u0000-\\u0008\\u000a-\\u001f]*$"
+#: Names and patterns: ``store.records``' own character rule.
+NO_CONTROLS: Final = f"^[^{CONTROL_CHARACTERS}]*$"
 
 RULES: Final = {
     "name": f"1 to {MAX_NAME_BYTES} UTF-8 bytes, no control character but tab",
@@ -54,6 +63,7 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
     """``SubscriptionIn`` as the service reads it: a topic subscription or a headers one,
     each with only its own fields."""
     limits = HeaderLimits()
+    others = [dialect for dialect in DIALECTS if dialect != DEFAULT_DIALECT]
     name = _text(MAX_NAME_BYTES, NO_CONTROLS, "name", minLength=1)
     common = {
         "subscriber": name,
@@ -70,10 +80,10 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
     amqp = {
         "type": "object",
         "title": "AmqpSubscriptionIn",
-        "description": "dialect amqp (the default): the empty pattern is valid too.",
+        "description": f"dialect {DEFAULT_DIALECT} (the default): the empty pattern is valid too.",
         "additionalProperties": False,
         "required": ["subscriber"],
-        "properties": {**topic_fields, "dialect": _nullable({"const": "amqp"})},
+        "properties": {**topic_fields, "dialect": _nullable({"const": DEFAULT_DIALECT})},
     }
     mqtt_nats = {
         "type": "object",
@@ -81,7 +91,7 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
         "description": "dialect mqtt or nats: a pattern is required (not empty).",
         "additionalProperties": False,
         "required": ["subscriber", "dialect", "pattern"],
-        "properties": {**topic_fields, "dialect": {"enum": ["mqtt", "nats"]}},
+        "properties": {**topic_fields, "dialect": {"enum": others}},
     }
     headers = {
         "type": "object",
@@ -98,7 +108,7 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
                 "propertyNames": _text(limits.max_field_bytes, NO_NUL),
                 "additionalProperties": _nullable(_text(limits.max_value_bytes, NO_NUL)),
             },
-            "mode": {"enum": ["all", "any"]},
+            "mode": {"enum": list(MODES)},
             "pattern": {"const": ""},
             "dialect": {"type": "null"},
         },
@@ -164,9 +174,10 @@ _PARAMETERS: Final[dict[str, Callable[[Settings], dict[str, Any]]]] = {
     # A group's hash key: its byte limit is checked when a hash group needs the key, so it
     # stays in the description; no maxLength the service would not enforce.
     "key": lambda s: {"type": "string", "pattern": NO_NUL},
-    # The listing's group and label filters (the label: KEY=VALUE with a key).
-    "group": lambda s: _text(128, NO_NUL),
-    "label": lambda s: _text(512, "^[^=\\u0000]+=[^\\u0000]*$"),
+    # The listing's group and label filters (the label: KEY=VALUE with a key; its length
+    # bound is the route's own).
+    "group": lambda s: _text(MAX_GROUP_BYTES, NO_NUL),
+    "label": lambda s: {"type": "string", "pattern": "^[^=\\u0000]+=[^\\u0000]*$"},
 }
 #: Operations anyone may call, where the operator's token adds per-tenant figures.
 OPTIONAL_TOKEN: Final = ("/readyz", "/metrics")
@@ -223,8 +234,9 @@ def _merged(rule: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
     """``rule`` with the declared schema's title, description and default; of two length
     bounds (the rule's, the route's ``max_length``) the tighter, as both are enforced."""
     merged = {**rule, **_kept(declared)}
-    if "maxLength" in rule and "maxLength" in declared:
-        merged["maxLength"] = min(rule["maxLength"], declared["maxLength"])
+    bounds = [s["maxLength"] for s in (rule, declared) if "maxLength" in s]
+    if bounds:
+        merged["maxLength"] = min(bounds)
     return merged
 
 

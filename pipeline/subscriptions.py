@@ -14,7 +14,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import pyarrow as pa
 
@@ -22,14 +22,12 @@ from matcher import HeaderLimits, Limits, MatcherError, check_sub_id
 from pipeline.codes import DEFAULT_ENGINE, DUPLICATE_ID, MISSING_FIELD
 from store import DEFAULT_TENANT, HEADERS_DIALECT, NewSubscription, StoreError, validate
 from store.groups import GroupPolicies
+from store.records import Criteria, Kind, Mode
 
 #: Columns a subscriptions table must have; ``tenant``, ``dialect``, ``kind``, ``criteria``
 #: and ``mode`` are optional (the ``topicstore export`` layout has them all).
 REQUIRED_COLUMNS: Final = ("id", "subscriber", "pattern")
 
-Mode: TypeAlias = Literal["all", "any"]
-Kind: TypeAlias = Literal["topic", "headers"]
-Criteria: TypeAlias = tuple[tuple[str, str | None], ...]
 #: (position, pattern) per (tenant, dialect); (position, criteria, mode) per tenant.
 TopicGroup: TypeAlias = tuple[tuple[int, str], ...]
 HeadersGroup: TypeAlias = tuple[tuple[int, Criteria, Mode], ...]

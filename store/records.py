@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, checked_text, get_dialect
 from matcher.groups import Policy, check_group, check_policy, split_shared
@@ -19,9 +19,15 @@ from store.errors import InvalidSubscriptionError
 
 Kind: TypeAlias = Literal["topic", "headers"]
 Op: TypeAlias = Literal["add", "remove"]
+#: How a headers subscription combines its criteria.
+Mode: TypeAlias = Literal["all", "any"]
+MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+#: Headers criteria: sorted (field, value) pairs, value None for "field present".
+Criteria: TypeAlias = tuple[tuple[str, str | None], ...]
 #: The dialect value stored for content-based (headers) subscriptions.
 HEADERS_DIALECT: Final = "headers"
 DEFAULT_TENANT: Final = "default"
+DEFAULT_DIALECT: Final = "amqp"
 MAX_NAME_BYTES: Final = 255
 MAX_LABELS_BYTES: Final = 4096
 
@@ -29,15 +35,20 @@ MAX_LABELS_BYTES: Final = 4096
 @dataclass(frozen=True, slots=True)
 class NewSubscription:
     """A subscription to create. ``pattern`` for topic kinds; ``criteria`` and ``mode`` for
-    ``kind='headers'`` (its pattern is derived from them)."""
+    ``kind='headers'`` (its pattern is derived from them).
+
+    Its own declaration, not an extension of ``SubscriptionFields``: a dataclass puts a
+    base's fields first, and this constructor takes the subscriber and the pattern first,
+    everything else defaulted (``NewSubscription("q", "a.*")``). ``test_records`` checks it
+    holds the same fields with the same types, plus ``labels``."""
 
     subscriber: str
     pattern: str = ""
     tenant: str = DEFAULT_TENANT
-    dialect: str = "amqp"
+    dialect: str = DEFAULT_DIALECT
     kind: Kind = "topic"
-    criteria: tuple[tuple[str, str | None], ...] | None = None
-    mode: Literal["all", "any"] | None = None
+    criteria: Criteria | None = None
+    mode: Mode | None = None
     labels: dict[str, Any] | None = field(default=None, compare=False, hash=False)
     #: Shared subscriptions: the group (MQTT ``$share/{group}/...`` lands here too) and its
     #: policy (None: the group's current one, or the default; see ``store.groups``).
@@ -46,37 +57,47 @@ class NewSubscription:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredSubscription:
-    id: int
+class SubscriptionFields:
+    """What a stored subscription and each of its change_log rows say about it: the fields
+    a matcher, a group and a listing read."""
+
     tenant: str
     subscriber: str
     pattern: str
     dialect: str
     kind: Kind
-    criteria: tuple[tuple[str, str | None], ...] | None
-    mode: Literal["all", "any"] | None
+    criteria: Criteria | None
+    mode: Mode | None
+    group: str | None = None
+    group_policy: Policy | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredSubscription(SubscriptionFields):
+    """A subscription as the store holds it (built from a row by name, so its own fields
+    are keyword-only: they follow the base's defaulted ones)."""
+
+    id: int
     labels: dict[str, Any] | None
-    group: str | None
-    group_policy: Policy | None
     created_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One change_log row: everything a loader needs to apply it."""
+@dataclass(frozen=True)
+class _ChangeHead:
+    """``Change``'s leading fields. Not slotted itself (two slotted bases cannot share an
+    instance layout): ``Change`` holds the slots."""
 
+    __slots__ = ()
     seq: int
     op: Op
     subscription_id: int
-    tenant: str
-    subscriber: str
-    pattern: str
-    dialect: str
-    kind: Kind
-    criteria: tuple[tuple[str, str | None], ...] | None
-    mode: Literal["all", "any"] | None
-    group: str | None = None
-    group_policy: Policy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change(SubscriptionFields, _ChangeHead):
+    """One change_log row: everything a loader needs to apply it. Fields in the order a
+    dataclass collects them, the last base's first: ``seq, op, subscription_id``, then the
+    subscription's (``Change(seq, op, id, tenant, subscriber, pattern, ...)``)."""
 
 
 def _criterion_order(criterion: tuple[str, str | None]) -> tuple[str, bool, str]:
@@ -84,7 +105,7 @@ def _criterion_order(criterion: tuple[str, str | None]) -> tuple[str, bool, str]
     return (field, value is not None, value or "")
 
 
-def criteria_tuple(raw: Any) -> tuple[tuple[str, str | None], ...] | None:
+def criteria_tuple(raw: Any) -> Criteria | None:
     """Criteria as stored (JSON list of pairs) back to a sorted tuple of pairs."""
     if raw is None:
         return None
@@ -93,13 +114,13 @@ def criteria_tuple(raw: Any) -> tuple[tuple[str, str | None], ...] | None:
     )
 
 
-def headers_pattern(criteria: tuple[tuple[str, str | None], ...], mode: str) -> str:
+def headers_pattern(criteria: Criteria, mode: str) -> str:
     """Canonical text of headers criteria: equal criteria give equal text, so the unique
     constraint on (tenant, subscriber, dialect, pattern) covers headers subscriptions."""
     return json.dumps({"mode": mode, "criteria": [list(c) for c in criteria]}, sort_keys=True)
 
 
-def headers_from_pattern(text: str) -> tuple[tuple[tuple[str, str | None], ...], str]:
+def headers_from_pattern(text: str) -> tuple[Criteria, str]:
     """Criteria and mode back from ``headers_pattern``'s text (a loader rebuilding headers
     subscriptions from the pattern column alone)."""
     raw = json.loads(text)
@@ -108,8 +129,12 @@ def headers_from_pattern(text: str) -> tuple[tuple[tuple[str, str | None], ...],
     return criteria, str(raw["mode"])
 
 
-#: C0 control characters other than tab (NUL has its own rule, ``nul_byte``).
-_CONTROLS: Final = re.compile("[\x01-\x08\x0a-\x1f]")
+#: The characters refused in names and patterns: NUL and the C0 controls other than tab,
+#: as the body of a regular expression class that both ``re`` and JSON Schema (ECMA-262)
+#: read, so ``app.contract`` states the rule this module enforces. NUL is refused before
+#: this rule runs (``checked_text``: ``nul_byte``), so here it only completes the range.
+CONTROL_CHARACTERS: Final = "\\u0000-\\u0008\\u000a-\\u001f"
+_CONTROLS: Final = re.compile(f"[{CONTROL_CHARACTERS}]")
 
 
 def _no_controls(text: str, what: str) -> None:
@@ -214,7 +239,7 @@ def validate(
                 "missing_criteria", "a headers subscription needs criteria and a mode"
             )
         matcher = HeadersMatcher(header_limits)
-        if new.mode not in ("all", "any"):
+        if new.mode not in MODES:
             raise InvalidSubscriptionError("invalid_mode", "mode must be 'all' or 'any'")
         criteria = tuple(sorted(matcher.normalize(new.criteria), key=_criterion_order))
         return replace(
