@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.schemas import AuditAction, AuditOrder, AuditPage
+from store.records import MAX_NAME_BYTES
 
 router = APIRouter(prefix="/v1", tags=["audit"], responses=documented(400, 401, 422, 429, 503))
 
@@ -20,7 +21,9 @@ def list_audit(
     services: ServicesDep,
     tenant: Annotated[
         str | None,
-        Query(max_length=255, description="Operator: one tenant (default: all of them)."),
+        Query(
+            max_length=MAX_NAME_BYTES, description="Operator: one tenant (default: all of them)."
+        ),
     ] = None,
     action: AuditAction | None = None,
     since: Annotated[

@@ -29,6 +29,7 @@ from app.schemas import (
 )
 from app.services import Services
 from app.table_reads import MAX_NAMED, explain_topic
+from store.records import MAX_NAME_BYTES
 
 #: Topics matched per slice of a batch. A slice runs in a worker thread and costs a few ms
 #: (1,000 topics at 1-20 µs each); between slices, and at every GIL switch within one, the
@@ -68,7 +69,7 @@ async def match_query(
     services: ServicesDep,
     topic: Annotated[str, Query(description="The topic (routing key); may be empty.")],
     dialect: Dialect = "amqp",
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
     key: Annotated[
         str | None, Query(description="The 'hash' policy's key (at most 1,024 UTF-8 bytes).")
     ] = None,
@@ -86,9 +87,9 @@ def explain_match(
     services: ServicesDep,
     topic: Annotated[str, Query(description="The topic (routing key); may be empty.")],
     dialect: Dialect = "amqp",
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
     subscriber: Annotated[
-        list[Annotated[str, StringConstraints(max_length=255)]],
+        list[Annotated[str, StringConstraints(max_length=MAX_NAME_BYTES)]],
         Query(
             max_length=MAX_NAMED,
             description="A subscriber to explain when it does not match (repeatable, "

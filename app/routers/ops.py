@@ -23,6 +23,7 @@ from app.schemas import CallerOut, Health, Readiness, SnapshotOut
 from app.services import Services
 from loader import RoutingTable
 from loader.readiness import probe
+from store.records import MAX_NAME_BYTES
 
 router = APIRouter(tags=["operations"])
 
@@ -131,7 +132,7 @@ async def whoami(caller: AdminCaller) -> CallerOut:
 def snapshot(
     caller: AdminCaller,
     services: ServicesDep,
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
 ) -> Response:
     """Every subscription of the tenant as of one change seq: one consistent listing,
     taken in O(1) from the loader's persistent catalog (later writes do not change it)."""

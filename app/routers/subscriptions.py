@@ -29,6 +29,8 @@ from app.schemas import (
     SubscriptionOut,
 )
 from app.table_reads import redundant_patterns, subscription_page
+from matcher.groups import MAX_GROUP_BYTES
+from store.records import MAX_NAME_BYTES
 
 router = APIRouter(
     prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 429, 503)
@@ -104,15 +106,18 @@ def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) 
 def list_subscriptions(
     caller: AdminCaller,
     services: ServicesDep,
-    subscriber: Annotated[str | None, Query(max_length=255)] = None,
+    subscriber: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
     pattern_prefix: Annotated[str | None, Query(max_length=255)] = None,
     dialect: Annotated[StoredDialect | None, Query()] = None,
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
     after: Annotated[int | None, Query(ge=0, lt=2**32, description="Last id seen.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     group: Annotated[
         str | None,
-        Query(max_length=128, description="Only members of this shared-subscription group."),
+        Query(
+            max_length=MAX_GROUP_BYTES,
+            description="Only members of this shared-subscription group.",
+        ),
     ] = None,
     label: Annotated[
         str | None,
@@ -171,7 +176,7 @@ def list_subscriptions(
 def count_subscriptions(
     caller: AdminCaller,
     services: ServicesDep,
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
 ) -> Counts:
     return services.admin.count(caller, tenant)
 
@@ -188,10 +193,10 @@ def delete_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDe
     responses=documented(403),
 )
 def delete_subscriber(
-    subscriber: Annotated[str, PathParam(max_length=255)],
+    subscriber: Annotated[str, PathParam(max_length=MAX_NAME_BYTES)],
     caller: AdminCaller,
     services: ServicesDep,
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
 ) -> Deleted:
     """Delete every subscription of one subscriber."""
     return services.admin.remove_subscriber(subscriber, caller, tenant)
@@ -203,11 +208,11 @@ def delete_subscriber(
     responses=documented(403),
 )
 def redundant_subscriptions(
-    subscriber: Annotated[str, PathParam(max_length=255)],
+    subscriber: Annotated[str, PathParam(max_length=MAX_NAME_BYTES)],
     caller: AdminCaller,
     services: ServicesDep,
     dialect: Dialect = "amqp",
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
 ) -> RedundantOut:
     """The subscriber's patterns in ``dialect`` that another of its patterns covers (every
     topic of one is a topic of the other), each with a covering one; of equivalent patterns
@@ -224,7 +229,7 @@ def redundant_subscriptions(
 def export_subscriptions(
     caller: AdminCaller,
     services: ServicesDep,
-    tenant: Annotated[str | None, Query(max_length=255)] = None,
+    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
 ) -> Response:
     """The tenant's subscriptions as Parquet (what ``topicstore route`` reads). Written to
     a temporary file in batches, then streamed from it (the file is removed once sent): at
