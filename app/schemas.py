@@ -11,7 +11,7 @@ from pydantic_core import CoreSchema
 
 from matcher import DIALECTS
 from store import AuditEntry, StoredSubscription
-from store.records import HEADERS_DIALECT
+from store.records import HEADERS_DIALECT, Mode
 
 if TYPE_CHECKING:  # a Literal built at run time is a plain str to the type checker
     Dialect: TypeAlias = str
@@ -32,7 +32,7 @@ class SubscriptionIn(BaseModel):
     criteria: dict[str, str | None] | None = Field(
         None, description="kind 'headers' only: field -> value, or null for 'field is present'."
     )
-    mode: Literal["all", "any"] | None = Field(None, description="kind 'headers' only.")
+    mode: Mode | None = Field(None, description="kind 'headers' only.")
     labels: dict[str, JsonValue] | None = None
     group: str | None = Field(
         None,
