@@ -87,20 +87,11 @@ def keep_pandas_out() -> None:
         sys.meta_path.insert(0, _NoPandas())
 
 
-#: How long a thread may hold the GIL while another waits for it (CPython's default is
-#: 5 ms). The admin writes' leader thread waits on the store a dozen times per group and
-#: then needs the GIL back each time, behind the event loop and the request threads: at
-#: 5 ms a slice a group took twice its own time.
-SWITCH_INTERVAL_S: Final = 0.0005
-
-
 def _prepare_process() -> None:
-    """What a serving process sets before it opens the store: no pandas, large freed
-    blocks handed back to the system (``app.heap``), and short GIL slices
-    (``SWITCH_INTERVAL_S``)."""
+    """What a serving process sets before it opens the store: no pandas, and large freed
+    blocks handed back to the system (``app.heap``)."""
     keep_pandas_out()
     heap.fix_mmap_threshold()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def _guard_connections(settings: Settings) -> int:

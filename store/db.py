@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -101,7 +102,7 @@ def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         with dbapi_connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         dbapi_connection.rollback()
-    except Exception as e:  # any failure of the ping: the connection is not usable
+    except (psycopg.Error, OSError) as e:  # the connection is not usable
         raise sa.exc.DisconnectionError(str(e)) from e
 
 

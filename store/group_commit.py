@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -121,7 +121,7 @@ class GroupCommit:
     def _commit(self, group: list[_Pending[Any]]) -> None:
         if len(group) > 1:
             try:
-                with self._transaction() as session:
+                with self._begin() as session:
                     for pending in group:
                         _run(pending, session, alone=False)
             except _GroupAbortError:
@@ -137,18 +137,13 @@ class GroupCommit:
                 pending.result = pending.error = None
         for pending in group:
             try:
-                with self._transaction() as session:
+                with self._begin() as session:
                     _run(pending, session, alone=True)
             except BaseException as e:
                 pending.result, pending.error = None, e
             else:
                 if pending.error is None:
                     self._count(1)
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Session]:
-        with self._begin() as session:
-            yield session
 
     def _count(self, jobs: int) -> None:
         self.groups += 1

@@ -87,12 +87,13 @@ def move(session: Session, deltas: dict[str, int]) -> None:
 
 def flush_changes(session: Session) -> None:
     """Insert the pending change rows now, before a statement that logs changes itself
-    (the transaction's changes are then known only to the log: see ``flush``)."""
+    (the transaction's changes are then known only to the log: see ``flush``; the doorbell
+    rings at commit)."""
     rows = pending(session)
     if rows.changes:
         session.connection().execute(sa.insert(ChangeLog), rows.changes)
         rows.changes.clear()
-    rows.logged_elsewhere = True
+    rows.logged_elsewhere = rows.ring = True
 
 
 def flush(session: Session) -> None:

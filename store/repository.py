@@ -25,17 +25,15 @@ from store.staging import NEW_COLUMNS, QUOTE, stage
 
 _SUBSCRIPTION: Final = Subscription.__table__
 _TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
-_NEW_COLUMNS: Final = NEW_COLUMNS
 #: Columns copied from a subscription into its change_log rows.
-_CHANGE_COLUMNS: Final = tuple(name for name in _NEW_COLUMNS if name in ChangeLog.__table__.columns)
+_CHANGE_COLUMNS: Final = tuple(name for name in NEW_COLUMNS if name in ChangeLog.__table__.columns)
 _STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__)
 MAX_PAGE: Final = 1_000
 #: What makes a subscription unique (the unique constraint), in SQL over ``st`` (staging)
 #: and ``s`` (subscription).
 _KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
-_QUOTE: Final = QUOTE
-_COLUMNS_SQL: Final = ", ".join(map(_QUOTE, _NEW_COLUMNS))
-_CHANGE_SQL: Final = ", ".join(map(_QUOTE, _CHANGE_COLUMNS))
+_COLUMNS_SQL: Final = ", ".join(map(QUOTE, NEW_COLUMNS))
+_CHANGE_SQL: Final = ", ".join(map(QUOTE, _CHANGE_COLUMNS))
 _KEY: Final = ", ".join(_KEY_COLUMNS)
 _SAME_KEY: Final = " AND ".join(f"s.{c} = st.{c}" for c in _KEY_COLUMNS)
 #: The inserts look the key up first and writers are serialized, so a conflict cannot
@@ -70,17 +68,10 @@ class AddedMany:
 
 def _values(new: NewSubscription) -> dict[str, Any]:
     """Column values of ``new``; criteria pairs as JSON lists."""
-    values = {name: getattr(new, name) for name in _NEW_COLUMNS}
+    values = {name: getattr(new, name) for name in NEW_COLUMNS}
     if new.criteria is not None:
         values["criteria"] = [list(c) for c in new.criteria]
     return values
-
-
-def _change(seq: int, op: str, sub_id: int, row: Any) -> Change:
-    """A ``Change`` from a row holding the ``_CHANGE_COLUMNS`` (by attribute)."""
-    values = {name: getattr(row, name) for name in _CHANGE_COLUMNS}
-    values["criteria"] = criteria_tuple(values["criteria"])
-    return Change(seq=seq, op=op, subscription_id=sub_id, **values)  # type: ignore[arg-type]
 
 
 class SubscriptionRepository:
@@ -162,7 +153,6 @@ class SubscriptionRepository:
                     "SELECT id, tenant FROM added"
                 )
             ).all()
-            pending.pending(session).ring = True
         else:
             inserted = session.execute(sa.text(f"{insert} RETURNING id, tenant")).all()
             # Writers are serialized and ids come from a sequence: the new rows are
@@ -234,7 +224,6 @@ class SubscriptionRepository:
                 ).order_by(gone.c.id),
             )
             query: sa.Executable = sa.select(gone.c.id, gone.c.tenant).add_cte(logged.cte("logged"))
-            pending.pending(self.session).ring = True
         else:
             self._log("remove", sa.select(Subscription).where(*where))
             query = removed_rows.returning(_TABLE.c.id, _TABLE.c.tenant)
@@ -281,7 +270,6 @@ class SubscriptionRepository:
         self._core(
             sa.insert(ChangeLog).from_select(["op", "subscription_id", *_CHANGE_COLUMNS], selected)
         )
-        pending.pending(self.session).ring = True
 
     # -- reads --------------------------------------------------------------------------
 
