@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py matcher/_native.pyx \
 
 setup: $(STAMP)
 
-# wrk drives the API load test (tests/bench/test_api_load.py) and chromium the web console's
+# wrk drives the API load test (bench/tests/test_api_load.py) and chromium the web console's
 # browser tests (tests/app/test_console.py, through Playwright: never `playwright install`),
 # both required on CI: installed from Debian when running as root without them, as CI does.
 # Elsewhere those tests are skipped, saying how to install what is missing.
@@ -57,7 +57,7 @@ docs-build: setup
 	$(BIN)/mkdocs build --strict --quiet
 
 # pytest-xdist workers; tests that must not share a service with another worker at the same
-# time are grouped onto one (tests/conftest.py). The ten slowest tests are listed at the end.
+# time are grouped onto one (conftest.py). The ten slowest tests are listed at the end.
 pytest: setup tools
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=10
 

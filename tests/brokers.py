@@ -33,7 +33,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from tests.services import require
+from harness.services import require
 
 MQTT_HOST: Final = "127.0.0.1"
 MQTT_PORT: Final = 1883

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from harness.server import free_port
-from tests.services import require
+from harness.services import require
 
 
 def _binaries() -> Path | None:

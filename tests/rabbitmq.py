@@ -16,7 +16,7 @@ from typing import Any, Final
 import pika
 import pika.exceptions
 
-from tests.services import require
+from harness.services import require
 
 HOST: Final = "127.0.0.1"
 PORT: Final = 5672

@@ -1,10 +1,11 @@
 """The packages import one way: matcher <- store <- loader <- app; migrations use store;
 pipeline uses matcher and store; harness (what tests and bench share) may use them all but
-pipeline; nothing imports bench (but the CLI's bench command, when it runs, and the bench
-suite's own tests), and no package imports the tests. Within a package, no module-level
-circle. Every import counts, the ones inside functions too: a lazy import hides a cycle, it
-does not remove it. And the command line stays light: ``--help`` and ``sub ls`` load neither
-Spark, matplotlib nor FastAPI."""
+pipeline; nothing outside bench imports it (but the CLI's bench command, when it runs): the
+bench suite's own tests live inside it (bench/tests), and neither the tests nor the root
+conftest.py (which both test trees load) import it; no package, nor that conftest, imports
+the tests. Within a package, no module-level circle. Every import counts, the ones inside
+functions too: a lazy import hides a cycle, it does not remove it. And the command line
+stays light: ``--help`` and ``sub ls`` load neither Spark, matplotlib nor FastAPI."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 #: The one module outside bench that may import it: the CLI's ``bench`` command, lazily.
 BENCH_IMPORTERS = {"app/cli/__init__.py"}
-#: The tests of the bench suite itself: the only tests that may import bench.
-BENCH_TESTS = "tests/bench/"
+#: The fixtures and xdist grouping of both test trees, ``tests/`` and ``bench/tests/``.
+SHARED_CONFTEST = ROOT / "conftest.py"
 
 
 def _imports(path: Path) -> set[str]:
@@ -81,15 +82,20 @@ def test_packages_import_one_way() -> None:
     assert wrong == []
 
 
-def test_only_the_bench_tests_import_bench() -> None:
-    """The tests drive the service through ``harness``; bench is tested by its own tests."""
+def test_the_tests_import_no_bench() -> None:
+    """The tests drive the service through ``harness``; bench is tested by its own tests,
+    in ``bench/tests`` (whose imports of bench are the package's own)."""
     wrong = [
         path.relative_to(ROOT).as_posix()
-        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for path in [*sorted((ROOT / "tests").rglob("*.py")), SHARED_CONFTEST]
         if "bench" in _imports(path)
-        and not path.relative_to(ROOT).as_posix().startswith(BENCH_TESTS)
     ]
     assert wrong == []
+
+
+def test_the_shared_conftest_imports_no_tests() -> None:
+    """``bench/tests`` loads it too: what both trees share is in ``harness``."""
+    assert "tests" not in _imports(SHARED_CONFTEST)
 
 
 def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:

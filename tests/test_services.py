@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.services import on_ci, require
+from harness.services import on_ci, require
 
 
 @pytest.mark.parametrize("value", ["true", "TRUE", "True", "1", "yes", "YES", "on", " true "])

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from harness.server import Server, start_server
-from tests.services import reset_postgres
+from harness.services import reset_postgres
 
 ADMIN = "admin-token-for-the-tests-0123"
 TOKEN_A = "token-of-tenant-acme-0123456789"

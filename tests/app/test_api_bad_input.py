@@ -12,13 +12,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from harness.services import reset_postgres
 from tests.app.conftest import (
     A_HEADERS,
     ADMIN_HEADERS,
     make_settings,
     match_ids,
 )
-from tests.services import reset_postgres
 
 MAX_BODY = 16_384
 MAX_BATCH = 5

@@ -208,7 +208,7 @@ def test_a_refused_write_leaves_no_row(make_client: ClientFactory) -> None:
 def test_the_change_and_its_row_commit_together(postgres_url: str) -> None:
     """If the audit row cannot be written, the change is not either (PostgreSQL enforces
     the column's 255 characters; a caller name over it fails the insert)."""
-    from tests.services import reset_postgres
+    from harness.services import reset_postgres
 
     reset_postgres(postgres_url)
     db = Database(postgres_url)

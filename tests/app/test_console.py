@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from app.imports import read_items
 from app.main import create_app
 from harness.server import Server, start_server
+from harness.services import require, reset_postgres
 from tests.app.conftest import (
     A_HEADERS,
     ADMIN,
@@ -34,7 +35,6 @@ from tests.app.conftest import (
     make_settings,
 )
 from tests.routed import write_routed
-from tests.services import require, reset_postgres
 
 CHROMIUM: Final = os.environ.get("TOPICSTORE_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS: Final = [

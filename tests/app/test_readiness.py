@@ -22,13 +22,13 @@ from sqlalchemy.engine import make_url
 
 from harness.scratch_db import libpq_dsn, scratch_database
 from harness.server import Server, running_server
+from harness.services import POSTGRES_ADMIN_URL, fresh_postgres_database
 from loader import Loader
 from loader.readiness import BACKLOG_GRACE, probe
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository
 from tests.app.conftest import A_HEADERS, ADMIN_HEADERS
 from tests.app.test_api_server import settings_for
-from tests.services import POSTGRES_ADMIN_URL, fresh_postgres_database
 
 WRITES_PER_S = 25
 #: Writes at most WRITES_PER_S (4 s on a quiet machine); counted, not timed, so a loaded

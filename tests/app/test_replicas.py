@@ -14,10 +14,10 @@ from functools import partial
 import httpx
 
 from harness.server import Server
+from harness.services import reset_postgres
 from store import Database, SubscriptionRepository
 from tests.app.conftest import ADMIN_HEADERS, ServerFactory, kill_mid_writes
 from tests.app.test_api_server import settings_for
-from tests.services import reset_postgres
 
 #: How long a change committed through one replica may take to be matchable on another
 #: (LISTEN/NOTIFY wakes the listener at once; polling every 0.1 s is the fallback).

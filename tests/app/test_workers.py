@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 
 from harness.server import running_server, service_environment, topicstore_command
+from harness.services import reset_postgres
 from tests.app.conftest import ADMIN, ADMIN_HEADERS, TENANTS
-from tests.services import reset_postgres
 
 POLL_S = 0.5
 WRITES = 20

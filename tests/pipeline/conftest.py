@@ -1,5 +1,5 @@
 """Generators of small routing inputs whose expected results come from the naive matcher
-(the Spark session is the ``spark`` fixture of tests/conftest.py)."""
+(the Spark session is the ``spark`` fixture of the root conftest.py)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
+from harness.services import fresh_postgres_database
 from migrations.runner import HEAD, alembic_config, downgrade, recorded_revisions, upgrade
 from store import Database
 from store.models import Base
-from tests.services import fresh_postgres_database
 
 
 def _tables(db: Database) -> set[str]:

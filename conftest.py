@@ -1,5 +1,7 @@
-"""Fixtures shared by every test package (the real databases), and how the suite splits
-over pytest-xdist workers (``make test`` runs ``-n 2``).
+"""Fixtures shared by both test trees, the project's (``tests/``) and the benchmark suite's
+own (``bench/tests/``): the real databases and the Spark session; and how the run splits
+over pytest-xdist workers (``make test`` runs ``-n 2``). It lives at the root so that both
+trees load it and neither imports the other.
 
 Each xdist worker is a pytest session of its own, so each gets its own PostgreSQL database
 (named after the worker) and, if it runs Spark tests, its own Spark session. Tests that
@@ -18,9 +20,9 @@ from hypothesis import settings
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
+from harness.services import fresh_postgres_database, reset_postgres
 from migrations.runner import upgrade
 from store import Database
-from tests.services import fresh_postgres_database, reset_postgres
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,7 +42,7 @@ settings.load_profile("topicstore")
 #:   that the module fixtures routing the corpus through it run once, not once per worker.
 XDIST_GROUPS: Final = {
     "tests/pipeline/": "spark",
-    "tests/bench/test_bench_pipeline.py": "spark",
+    "bench/tests/test_bench_pipeline.py": "spark",
     "tests/matcher/test_broker_dialects.py": "brokers",
     "tests/matcher/test_broker_groups.py": "brokers",
     "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",

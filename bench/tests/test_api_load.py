@@ -18,9 +18,9 @@ from bench.api_load import (
     run_api_load,
 )
 from bench.loadgen import wrk_path
+from harness.services import require
 from harness.workloads import market_workload, topic_for
 from matcher import create_matcher
-from tests.services import require
 
 
 @pytest.mark.slow

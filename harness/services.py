@@ -1,6 +1,7 @@
-"""Real services the tests talk to, and the one rule for when one is missing: on CI
-(``CI`` set to a truthy value, see ``on_ci``) that fails the run; locally the test is skipped
-with the reason. Every test that needs a service or a tool goes through ``require``."""
+"""Real services the tests (``tests/`` and ``bench/tests/``) talk to, and the one rule for
+when one is missing: on CI (``CI`` set to a truthy value, see ``on_ci``) that fails the run;
+locally the test is skipped with the reason. Every test that needs a service or a tool goes
+through ``require``."""
 
 from __future__ import annotations
 
