@@ -121,10 +121,18 @@ class AdminOperations:
         ones are stored even when others fail: an item that does not fit ``SubscriptionIn``
         is one more per-item error, like an invalid pattern. Only a batch over
         ``max_batch``, over a tenant's quota or that the engines might not hold (``room``)
-        is refused whole (nothing is stored then). Plain items skip the schema object and
-        the full validation (``app.bulk.plain``: it accepts only what they would).
-        ``results=False``: only the counts and the failed items' errors (an import), so no
-        stored item is joined back to its row."""
+        is refused whole (nothing is stored then). ``results=False``: only the counts and
+        the failed items' errors (an import), so no stored item is joined back to its
+        row."""
+        return self.prepare_many(items, caller, results=results)()
+
+    def prepare_many(
+        self, items: Sequence[JsonValue], caller: Caller, *, results: bool = True
+    ) -> Callable[[], BulkResult]:
+        """``create_many`` in two steps: the items are validated now, and stored when the
+        returned call is made, so an import validates one batch while the store writes the
+        one before. Plain items skip the schema object and the full validation
+        (``app.bulk.plain``: it accepts only what they would)."""
         max_batch = self.settings.max_batch
         if len(items) > max_batch:
             raise BatchTooLargeError(f"a batch holds at most {max_batch} items")
@@ -140,11 +148,15 @@ class AdminOperations:
                     result.fail(index, e.code, e.message)
                     continue
             valid.append((index, new))
-        if valid:
-            self.db.writes.run(
-                lambda session: self._store_many(session, valid, caller, result, results)
-            )
-        return result
+
+        def store() -> BulkResult:
+            if valid:
+                self.db.writes.run(
+                    lambda session: self._store_many(session, valid, caller, result, results)
+                )
+            return result
+
+        return store
 
     def _store_many(
         self,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import getpass
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +36,17 @@ class DirectAdmin:
         stored = self.operations.create_many(items, self.caller)
         return [result.model_dump(mode="json") for result in stored.out().results]
 
-    def import_many(self, items: Sequence[Item]) -> Added:
-        """What ``add_many`` stores, summed up without a result object per item."""
-        stored = self.operations.create_many(items, self.caller, results=False)
-        errors = [(i, e.code, e.message) for i, e in sorted(stored.errors.items())]
-        return Added(stored.created, stored.exists, errors)
+    def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
+        """Validates ``items`` now; the call stores them, summed up without a result
+        object per item."""
+        store = self.operations.prepare_many(items, self.caller, results=False)
+
+        def write() -> Added:
+            stored = store()
+            errors = [(i, e.code, e.message) for i, e in sorted(stored.errors.items())]
+            return Added(stored.created, stored.exists, errors)
+
+        return write
 
     def remove(self, sub_id: int) -> bool:
         try:

@@ -6,6 +6,7 @@ was stored by the refused request: the rate is checked before the route runs).""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -79,16 +80,23 @@ class HttpAdmin:
         )["results"]
         return results
 
-    def import_many(self, items: Sequence[Item]) -> Added:
-        answer = self._json(
-            self._send("POST", "/v1/subscriptions/bulk", json={"items": list(items)})
-        )
-        errors = [
-            (r["index"], r["error"]["code"], r["error"]["message"])
-            for r in answer["results"]
-            if r["status"] == "error"
-        ]
-        return Added(answer["created"], answer["exists"], errors)
+    def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
+        """Encodes the request now (while the one before is in flight); the call sends it."""
+        body = json.dumps({"items": list(items)}, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json"}
+
+        def send() -> Added:
+            answer = self._json(
+                self._send("POST", "/v1/subscriptions/bulk", content=body, headers=headers)
+            )
+            errors = [
+                (r["index"], r["error"]["code"], r["error"]["message"])
+                for r in answer["results"]
+                if r["status"] == "error"
+            ]
+            return Added(answer["created"], answer["exists"], errors)
+
+        return send
 
     def remove(self, sub_id: int) -> bool:
         response = self._send("DELETE", f"/v1/subscriptions/{sub_id}")

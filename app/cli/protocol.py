@@ -4,7 +4,7 @@ the API's JSON shapes, so a command prints the same fields either way."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,7 +27,11 @@ class Admin(Protocol):
     """What the CLI does, whichever way it reaches the store."""
 
     def add_many(self, items: Sequence[Item]) -> list[Item]: ...
-    def import_many(self, items: Sequence[Item]) -> Added: ...
+    def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
+        """One batch of an import in two steps: what can be done before the store is
+        free (validating, encoding) now; the call stores it."""
+        ...
+
     def remove(self, sub_id: int) -> bool: ...
     def page(self, **filters: Any) -> list[Item]: ...
     def match(

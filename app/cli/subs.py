@@ -209,18 +209,19 @@ def sub_import(
         typer.progressbar(length=path.stat().st_size, label="importing", file=sys.stderr) as bar,
         ThreadPoolExecutor(1, thread_name_prefix="topicstore-import") as writer,
     ):
-        # One batch is written while the next is read: the store's work (waiting on
-        # PostgreSQL, the GIL released) overlaps the reading. Batches are stored in order.
+        # One batch is stored while the next is read and validated: the store's work
+        # (waiting on PostgreSQL or in DuckDB, the GIL released) overlaps them. Batches are
+        # stored in order.
         done = 0
         writing: tuple[Batch, Future[Added]] | None = None
         for chunk in read_batches(path, batch):
             report += chunk.problems
+            write = admin.prepare_import([item for _, item in chunk.items])
             if writing is not None:
                 settle(*writing)
                 writing = None
             if chunk.items:
-                items = [item for _, item in chunk.items]
-                writing = chunk, writer.submit(admin.import_many, items)
+                writing = chunk, writer.submit(write)
             bar.update(chunk.position - done)
             done = chunk.position
         if writing is not None:
