@@ -21,7 +21,7 @@ from store import pending
 from store.columns import read_columns
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
-from store.staging import NEW_COLUMNS, QUOTE, stage
+from store.staging import NEW_COLUMNS, QUOTE, SAME_KEY, insert_new, stage
 
 _SUBSCRIPTION: Final = Subscription.__table__
 _TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
@@ -29,16 +29,7 @@ _TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
 _CHANGE_COLUMNS: Final = tuple(name for name in NEW_COLUMNS if name in ChangeLog.__table__.columns)
 _STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__)
 MAX_PAGE: Final = 1_000
-#: What makes a subscription unique (the unique constraint), in SQL over ``st`` (staging)
-#: and ``s`` (subscription).
-_KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
-_COLUMNS_SQL: Final = ", ".join(map(QUOTE, NEW_COLUMNS))
 _CHANGE_SQL: Final = ", ".join(map(QUOTE, _CHANGE_COLUMNS))
-_KEY: Final = ", ".join(_KEY_COLUMNS)
-_SAME_KEY: Final = " AND ".join(f"s.{c} = st.{c}" for c in _KEY_COLUMNS)
-#: The inserts look the key up first and writers are serialized, so no conflict can reach
-#: the unique constraint; an ``ON CONFLICT`` clause would check every row a second time
-#: (on DuckDB far more slowly than a plain insert checks it).
 
 
 def _stored(row: Any) -> StoredSubscription:
@@ -131,19 +122,7 @@ class SubscriptionRepository:
         before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
         max_before = int(before.scalar_one())
         stage(self.session, items, postgres=self._postgres)
-        source = "staging st"
-        if len({(i.tenant, i.subscriber, i.dialect, i.pattern) for i in items}) < len(items):
-            # a key repeated inside the batch: only its first item is inserted
-            source = (
-                f"(SELECT *, row_number() OVER (PARTITION BY {_KEY} ORDER BY ord) AS nth "
-                "FROM staging) st WHERE nth = 1 AND"
-            )
-        else:
-            source += " WHERE"
-        insert = (
-            f"INSERT INTO subscription ({_COLUMNS_SQL}) SELECT {_COLUMNS_SQL} FROM {source} "
-            f"NOT EXISTS (SELECT 1 FROM subscription s WHERE {_SAME_KEY}) ORDER BY ord"
-        )
+        insert = insert_new(items, postgres=self._postgres)
         pending.flush_changes(session)  # the changes before these come first
         created: dict[str, list[int]] = {}
         if self._postgres:
@@ -176,7 +155,7 @@ class SubscriptionRepository:
         join need only read the rows just inserted (an id range: zone maps on DuckDB, the
         primary key on PostgreSQL), not the whole table (which made a 1M-row import
         quadratic); otherwise the whole table is joined."""
-        joined = f"SELECT st.ord, s.id FROM staging st JOIN subscription s ON {_SAME_KEY}"
+        joined = f"SELECT st.ord, s.id FROM staging st JOIN subscription s ON {SAME_KEY}"
         if inserted == count:
             rows = self.session.execute(
                 sa.text(f"{joined} WHERE s.id > :max_before ORDER BY st.ord"),

@@ -1,6 +1,7 @@
 """A batch of new subscriptions into a temporary ``staging`` table, the first step of a
 bulk add (``SubscriptionRepository.add_many``): COPY on PostgreSQL, one Arrow insert on
-DuckDB (whose ``executemany`` goes row by row)."""
+DuckDB (whose ``executemany`` goes row by row); then the statement that inserts the staged
+rows not stored yet."""
 
 from __future__ import annotations
 
@@ -72,3 +73,40 @@ def stage(session: Session, items: Sequence[NewSubscription], *, postgres: bool)
             raw.execute("INSERT INTO staging SELECT * FROM staging_rows")
         finally:
             raw.unregister("staging_rows")
+
+
+#: What makes a subscription unique (the unique constraint), in SQL over ``st`` (staging)
+#: and ``s`` (subscription).
+_KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
+SAME_KEY: Final = " AND ".join(f"s.{c} = st.{c}" for c in _KEY_COLUMNS)
+
+
+def insert_new(items: Sequence[NewSubscription], *, postgres: bool) -> str:
+    """The ``INSERT ... SELECT`` of the staged ``items`` whose key is not stored yet (the
+    first of each key repeated in the batch), in the batch's order, so the ids drawn follow
+    it and a repeated key draws none. Writers are serialized, so nothing inserts a key
+    between the probe and the insert; an ``ON CONFLICT`` clause would check every row a
+    second time (on DuckDB far more slowly than a plain insert checks it)."""
+    source, where = "staging st", []
+    if len({(i.tenant, i.subscriber, i.dialect, i.pattern) for i in items}) < len(items):
+        source = (
+            f"(SELECT *, row_number() OVER (PARTITION BY {', '.join(_KEY_COLUMNS)} "
+            "ORDER BY ord) AS nth FROM staging) st"
+        )
+        where.append("nth = 1")
+    if postgres:
+        # A lateral probe of the unique index per staged row: as a plain NOT EXISTS the
+        # planner may hash the whole table for every batch (its size estimate lags a
+        # growing table), O(table) a batch instead of O(batch log table).
+        found = f"SELECT 1 AS found FROM subscription s WHERE {SAME_KEY} LIMIT 1"
+        source += f" LEFT JOIN LATERAL ({found}) e ON true"
+        where.append("e.found IS NULL")
+    else:
+        # DuckDB hashes the batch and scans the table once, in column chunks.
+        where.append(f"NOT EXISTS (SELECT 1 FROM subscription s WHERE {SAME_KEY})")
+    columns = ", ".join(map(QUOTE, NEW_COLUMNS))
+    selected = ", ".join(f"st.{QUOTE(name)}" for name in NEW_COLUMNS)
+    return (
+        f"INSERT INTO subscription ({columns}) SELECT {selected} FROM {source} "
+        f"WHERE {' AND '.join(where)} ORDER BY st.ord"
+    )
