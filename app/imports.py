@@ -120,6 +120,9 @@ def _csv(file: Iterable[str]) -> Iterator[Record]:
             if not 2 <= len(row) <= len(fields):
                 yield number, None, {"line": number, "code": "bad_columns", "message": _LAYOUT}
                 continue
+            if len(row) == 2 and row[0]:  # the common record: subscriber,pattern
+                yield number, {"subscriber": row[0], "pattern": row[1]}, None
+                continue
             item: Item = dict(zip(fields, row, strict=False))
             yield number, {k: v for k, v in item.items() if v != "" or k == "pattern"}, None
     except csv.Error as e:  # e.g. a quote left open until the end of the file
