@@ -40,6 +40,12 @@ _MEANINGS = {
 }
 
 
+def _is_json(content_type: str | None) -> bool:
+    """Whether a Content-Type names JSON (``application/json``, or a ``+json`` type)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
 #: What a 429 looks like, for the documentation.
 _RATE_LIMITED: Final[dict[str, Any]] = {
     "headers": {
@@ -148,19 +154,23 @@ def install(app: FastAPI) -> None:
         app.add_exception_handler(kind, _unavailable)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         problems = [
             {"loc": [str(part) for part in err.get("loc", ())], "msg": err.get("msg", "")}
             for err in e.errors()
         ]
         first = problems[0] if problems else {"loc": [], "msg": "invalid request"}
         where = ".".join(first["loc"])
-        return envelope(
-            422,
-            "invalid_request",
-            f"{where}: {first['msg']}" if where else str(first["msg"]),
-            details=problems,
-        )
+        message = f"{where}: {first['msg']}" if where else str(first["msg"])
+        if first["loc"][:1] == ["body"] and not _is_json(request.headers.get("content-type")):
+            # Without the header the body is not read as JSON at all, and pydantic's own
+            # words ("a valid dictionary or object") do not say what to change.
+            given = request.headers.get("content-type") or "none"
+            message = (
+                "send the body as JSON with the header Content-Type: application/json "
+                f"(this request's content type: {given})"
+            )
+        return envelope(422, "invalid_request", message, details=problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:

@@ -4,6 +4,8 @@ seeded subscription still matches after every refusal)."""
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -490,3 +492,30 @@ def test_a_bulk_reports_bad_text_per_item(seeded: Seeded) -> None:
         seeded.client.delete(f"/v1/subscriptions/{created}", headers=ADMIN_HEADERS).status_code
         == 204
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/subscriptions", {"subscriber": "q", "pattern": "a.b"}),
+        ("/v1/match", {"topic": "a.b"}),
+        ("/v1/match/batch", {"topics": ["a.b"]}),
+    ],
+)
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded"])
+def test_a_json_body_without_its_content_type_is_told_so(
+    seeded: Seeded, path: str, body: dict[str, Any], content_type: str | None
+) -> None:
+    """What curl sends for ``-d '{...}'`` without ``-H 'Content-Type: application/json'``."""
+    headers = dict(ADMIN_HEADERS)
+    if content_type:
+        headers["content-type"] = content_type
+    response = seeded.client.post(path, content=json.dumps(body).encode(), headers=headers)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert "Content-Type: application/json" in error["message"], error
+    assert (content_type or "none") in error["message"]
+    # the same body with the header is taken
+    sent = seeded.client.post(path, json=body, headers=ADMIN_HEADERS)
+    assert sent.status_code in (200, 201), sent.text
