@@ -23,6 +23,9 @@ app = typer.Typer(
     help="topicstore: topic-matching subscription store.",
     no_args_is_help=True,
     add_completion=False,
+    # Plain help, as click writes it: paragraphs re-wrapped to the terminal (rich mode keeps
+    # the docstrings' line breaks and breaks sentences mid-way) and flags without a type.
+    rich_markup_mode=None,
 )
 
 
