@@ -23,6 +23,7 @@ from fastapi import FastAPI
 
 from app.settings import Settings
 from matcher import DIALECTS
+from matcher.grammar import unseen_characters_class
 from matcher.groups import MAX_GROUP_BYTES
 from matcher.headers import HeaderLimits
 from store.records import (
@@ -39,7 +40,9 @@ NO_NUL: Final = "^[^\\u0000]*$"
 NO_CONTROLS: Final = f"^[^{CONTROL_CHARACTERS}]*$"
 
 RULES: Final = {
-    "name": f"1 to {MAX_NAME_BYTES} UTF-8 bytes, no control character but tab",
+    "name": f"1 to {MAX_NAME_BYTES} UTF-8 bytes, no control character, no whitespace and no "
+    "format character (Unicode category Cf, e.g. U+202E; those past U+FFFF are not in the "
+    "pattern)",
     "topic": "a topic (routing key) valid in the request's dialect, at most "
     "TOPICSTORE_MAX_TOPIC_BYTES UTF-8 bytes, without NUL (amqp: any, the empty one too; "
     "mqtt: not empty, no + or #; nats: not empty, no empty token, no whitespace)",
@@ -64,7 +67,9 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
     each with only its own fields."""
     limits = HeaderLimits()
     others = [dialect for dialect in DIALECTS if dialect != DEFAULT_DIALECT]
-    name = _text(MAX_NAME_BYTES, NO_CONTROLS, "name", minLength=1)
+    # A subscriber name: the controls' rule and the names' (``store.records.validate``).
+    names = f"^[^{CONTROL_CHARACTERS}{unseen_characters_class()}]*$"
+    name = _text(MAX_NAME_BYTES, names, "name", minLength=1)
     common = {
         "subscriber": name,
         "tenant": _nullable(_text(MAX_NAME_BYTES, NO_CONTROLS)),

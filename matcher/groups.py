@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, TypeVar
 
 from matcher.errors import MatcherError
-from matcher.grammar import checked_text
+from matcher.grammar import checked_text, unseen_character
 
 Policy: TypeAlias = Literal["random", "round_robin", "hash"]
 POLICIES: Final[tuple[Policy, ...]] = ("random", "round_robin", "hash")
@@ -48,7 +48,9 @@ MAX_KEY_BYTES: Final = 1024
 SHARE_PREFIX: Final = "$share/"
 #: Characters a group name may not hold: MQTT 5's ShareName rule (``/``, ``+``, ``#``)
 #: applied to every dialect, so any group can be written as a ``$share/`` filter too, plus
-#: whitespace and control characters (a NATS queue group is a whitespace-free token).
+#: ASCII whitespace and control characters (a NATS queue group is a whitespace-free token);
+#: the rest of Unicode's whitespace and its format characters are the names' rule
+#: (``matcher.grammar.unseen_character``), checked next.
 _FORBIDDEN: Final = frozenset("/+#") | frozenset(chr(c) for c in range(0x21)) | {"\x7f"}
 
 K = TypeVar("K", bound=Hashable)
@@ -62,7 +64,9 @@ class InvalidGroupError(MatcherError, ValueError):
 
 def check_group(value: object) -> str:
     """``value`` as a group name, or ``InvalidGroupError`` naming the rule: text, 1 to 128
-    UTF-8 bytes, no ``/``, ``+``, ``#``, whitespace or control characters."""
+    UTF-8 bytes, no ``/``, ``+``, ``#``, ASCII whitespace or control characters
+    (``invalid_group``), no other whitespace or format character (the names' rule,
+    ``matcher.grammar.unseen_character``: ``whitespace_character``, ``format_character``)."""
     try:
         text = checked_text(value, "group", MAX_GROUP_BYTES)
     except MatcherError as e:
@@ -76,6 +80,10 @@ def check_group(value: object) -> str:
             f"group may not contain U+{ord(bad):04X} {bad!r} (no '/', '+', '#', whitespace "
             "or control characters)",
         )
+    unseen = unseen_character(text)
+    if unseen is not None:
+        code, found = unseen
+        raise InvalidGroupError(code, f"group may not contain {found}")
     return text
 
 

@@ -36,6 +36,7 @@ def test_a_big_hash_group_answers_a_batch_and_its_choices_count(
 ) -> None:
     members = 5_000
     server = serve(**_settings(store_url, max_batch_matches=str(900 * HASH_TOPIC_COUNT)))
+    server.wait_until("/readyz", 200)
     with server.client(A_HEADERS, timeout_s=120) as http:
         items = [
             {"subscriber": f"w{i}", "pattern": "hot.#", "group": "g", "group_policy": "hash"}
@@ -78,6 +79,7 @@ def test_a_key_is_bounded_whether_or_not_a_group_matches(
     serve: ServerFactory, store_url: str
 ) -> None:
     server = serve(**_settings(store_url))
+    server.wait_until("/readyz", 200)
     long_key = "k" * 1_025
     with server.client(A_HEADERS) as http:
         for grouped in (False, True):
