@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from app.settings import Settings
 from matcher import DIALECTS
 from matcher.grammar import unseen_characters_class
-from matcher.groups import MAX_GROUP_BYTES
+from matcher.groups import MAX_GROUP_BYTES, MAX_KEY_BYTES
 from matcher.headers import HeaderLimits
 from store.records import (
     CONTROL_CHARACTERS,
@@ -176,9 +176,9 @@ _PARAMETERS: Final[dict[str, Callable[[Settings], dict[str, Any]]]] = {
     # limit are in the route's description, which is kept).
     "overlaps": lambda s: _text(s.max_topic_bytes, NO_NUL),
     "covered_by": lambda s: _text(s.max_topic_bytes, NO_NUL),
-    # A group's hash key: its byte limit is checked when a hash group needs the key, so it
-    # stays in the description; no maxLength the service would not enforce.
-    "key": lambda s: {"type": "string", "pattern": NO_NUL},
+    # A group's hash key: at most MAX_KEY_BYTES UTF-8 bytes, checked whether or not a group
+    # matches (``app.delivery.hash_key``).
+    "key": lambda s: _text(MAX_KEY_BYTES, NO_NUL),
     # The listing's group and label filters (the label: KEY=VALUE with a key; its length
     # bound is the route's own).
     "group": lambda s: _text(MAX_GROUP_BYTES, NO_NUL),
@@ -201,6 +201,14 @@ def state_constraints(document: dict[str, Any], settings: Settings) -> None:
     }
     topic = _text(settings.max_topic_bytes, NO_NUL, "topic")
     schemas["MatchIn"]["properties"]["topic"] = topic
+    for model, field in (("MatchIn", "key"), ("HeadersMatchIn", "key"), ("BatchIn", "keys")):
+        declared = schemas[model]["properties"][field]
+        key = _text(MAX_KEY_BYTES, NO_NUL)
+        value = {"type": "array", "items": key} if field == "keys" else key
+        schemas[model]["properties"][field] = {
+            "anyOf": [value, {"type": "null"}],
+            **_kept(declared),
+        }
     schemas["BatchIn"]["properties"]["topics"]["maxItems"] = batch
     limits = HeaderLimits()
     schemas["HeadersMatchIn"]["properties"]["headers"] = {
