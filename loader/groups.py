@@ -283,11 +283,6 @@ class GroupIndex:
         """``table``'s classes of more than one member (the overlap search's aliases)."""
         return [c for c in self._classes.get(table, {}).values() if len(c.ring) > 1]
 
-    def route_of(self, sub_id: int) -> int:
-        """The id the engines hold for ``sub_id`` (itself unless a hidden member)."""
-        found = self._class_of.get(sub_id)
-        return sub_id if found is None else found.route
-
     # -- reads --------------------------------------------------------------------------
 
     def expand(self, table: TableKey, ids: MatchResult) -> MatchResult:
@@ -404,10 +399,11 @@ def _changed(
     gone = np.asarray(sorted(set(removed)), np.uint32)
     new = np.asarray(sorted(set(added)), np.uint32)
     if len(gone):
-        ids = ids[~np.isin(ids, gone)]
+        gone = gone[_present(ids, gone)]
+        ids = np.delete(ids, np.searchsorted(ids, gone))
     if len(new):
-        new = new[~np.isin(new, ids)]
-        ids = np.union1d(ids, new).astype(np.uint32)
+        new = new[~_present(ids, new)]
+        ids = np.insert(ids, np.searchsorted(ids, new), new)
     if not len(ids):
         return None
     if not hashed:
@@ -425,3 +421,11 @@ def _changed(
         at = np.searchsorted(points, fresh)
         points, owners = np.insert(points, at, fresh), np.insert(owners, at, who)
     return Ring(ids.data, points.data, owners.data)
+
+
+def _present(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Which of ``wanted`` the sorted ``ids`` hold: O(wanted x log ids), no sort."""
+    if not len(ids):
+        return np.zeros(len(wanted), np.bool_)
+    at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+    return np.asarray(ids[at] == wanted)
