@@ -34,8 +34,9 @@ def plain(item: JsonValue, caller: Caller, limits: Limits) -> NewSubscription | 
     """The validated record of ``item`` if it is plain, else None (not an error: the full
     path decides). Plain: only subscriber, pattern and optionally dialect ``amqp`` and
     tenant, all strings of printable ASCII (no tab, no control character, so none of the
-    text rules can refuse them); names of 1 to 255 bytes, a pattern within the byte and
-    word limits. AMQP takes every word as it is, so such a pattern is valid."""
+    text rules can refuse them; no space in the subscriber, which the names' rule refuses
+    and a tenant may hold); names of 1 to 255 bytes, a pattern within the byte and word
+    limits. AMQP takes every word as it is, so such a pattern is valid."""
     if type(item) is not dict or not _PLAIN_FIELDS.issuperset(item):
         return None
     subscriber = item.get("subscriber")
@@ -53,6 +54,8 @@ def plain(item: JsonValue, caller: Caller, limits: Limits) -> NewSubscription | 
     for name in (subscriber, tenant):
         if not (0 < len(name) <= MAX_NAME_BYTES and name.isascii() and name.isprintable()):
             return None
+    if " " in subscriber:  # the one printable ASCII character the names' rule refuses
+        return None
     if len(pattern) > limits.max_pattern_bytes or not (pattern.isascii() and pattern.isprintable()):
         return None
     if pattern and pattern.count(".") >= limits.max_words:

@@ -23,7 +23,8 @@ from fastapi import FastAPI
 
 from app.settings import Settings
 from matcher import DIALECTS
-from matcher.groups import MAX_GROUP_BYTES
+from matcher.grammar import unseen_characters_class
+from matcher.groups import MAX_GROUP_BYTES, MAX_KEY_BYTES
 from matcher.headers import HeaderLimits
 from store.records import (
     CONTROL_CHARACTERS,
@@ -39,7 +40,9 @@ NO_NUL: Final = "^[^\\u0000]*$"
 NO_CONTROLS: Final = f"^[^{CONTROL_CHARACTERS}]*$"
 
 RULES: Final = {
-    "name": f"1 to {MAX_NAME_BYTES} UTF-8 bytes, no control character but tab",
+    "name": f"1 to {MAX_NAME_BYTES} UTF-8 bytes, no control character, no whitespace and no "
+    "format character (Unicode category Cf, e.g. U+202E; those past U+FFFF are not in the "
+    "pattern)",
     "topic": "a topic (routing key) valid in the request's dialect, at most "
     "TOPICSTORE_MAX_TOPIC_BYTES UTF-8 bytes, without NUL (amqp: any, the empty one too; "
     "mqtt: not empty, no + or #; nats: not empty, no empty token, no whitespace)",
@@ -64,7 +67,9 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
     each with only its own fields."""
     limits = HeaderLimits()
     others = [dialect for dialect in DIALECTS if dialect != DEFAULT_DIALECT]
-    name = _text(MAX_NAME_BYTES, NO_CONTROLS, "name", minLength=1)
+    # A subscriber name: the controls' rule and the names' (``store.records.validate``).
+    names = f"^[^{CONTROL_CHARACTERS}{unseen_characters_class()}]*$"
+    name = _text(MAX_NAME_BYTES, names, "name", minLength=1)
     common = {
         "subscriber": name,
         "tenant": _nullable(_text(MAX_NAME_BYTES, NO_CONTROLS)),
@@ -171,9 +176,9 @@ _PARAMETERS: Final[dict[str, Callable[[Settings], dict[str, Any]]]] = {
     # limit are in the route's description, which is kept).
     "overlaps": lambda s: _text(s.max_topic_bytes, NO_NUL),
     "covered_by": lambda s: _text(s.max_topic_bytes, NO_NUL),
-    # A group's hash key: its byte limit is checked when a hash group needs the key, so it
-    # stays in the description; no maxLength the service would not enforce.
-    "key": lambda s: {"type": "string", "pattern": NO_NUL},
+    # A group's hash key: at most MAX_KEY_BYTES UTF-8 bytes, checked whether or not a group
+    # matches (``app.delivery.hash_key``).
+    "key": lambda s: _text(MAX_KEY_BYTES, NO_NUL),
     # The listing's group and label filters (the label: KEY=VALUE with a key; its length
     # bound is the route's own).
     "group": lambda s: _text(MAX_GROUP_BYTES, NO_NUL),
@@ -196,6 +201,14 @@ def state_constraints(document: dict[str, Any], settings: Settings) -> None:
     }
     topic = _text(settings.max_topic_bytes, NO_NUL, "topic")
     schemas["MatchIn"]["properties"]["topic"] = topic
+    for model, field in (("MatchIn", "key"), ("HeadersMatchIn", "key"), ("BatchIn", "keys")):
+        declared = schemas[model]["properties"][field]
+        key = _text(MAX_KEY_BYTES, NO_NUL)
+        value = {"type": "array", "items": key} if field == "keys" else key
+        schemas[model]["properties"][field] = {
+            "anyOf": [value, {"type": "null"}],
+            **_kept(declared),
+        }
     schemas["BatchIn"]["properties"]["topics"]["maxItems"] = batch
     limits = HeaderLimits()
     schemas["HeadersMatchIn"]["properties"]["headers"] = {

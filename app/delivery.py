@@ -12,18 +12,46 @@ import orjson
 from app._answers import encode_answers
 from loader import RoutingTable
 from matcher import MatcherError, MatchResult
+from matcher.groups import InvalidGroupError, check_key
+
+
+def hash_key(key: str | None, default: str) -> str:
+    """The ``hash`` policy's key of a request: ``key`` when it gave one, bounded
+    (``matcher.groups.check_key``: 1,024 UTF-8 bytes, no NUL; ``InvalidGroupError``)
+    whether or not a group matches, else ``default`` (the topic)."""
+    return default if key is None else check_key(key)
+
+
+def check_keys(keys: Sequence[str] | None) -> None:
+    """``hash_key``'s bound on each of a batch's ``keys``; the error names the index."""
+    for i, key in enumerate(keys or ()):
+        try:
+            check_key(key)
+        except InvalidGroupError as e:
+            raise InvalidGroupError(e.code, f"keys[{i}]: {e.message}") from e
 
 
 def delivery(table: RoutingTable, tenant: str, ids: MatchResult, key: str) -> dict[str, Any]:
-    """The delivered set of one match: ungrouped ids plus one member per group
-    (``RoutingTable.deliver``), with each group's choice. A tenant without groups takes
-    the path of a plain match: one dict lookup more than before groups existed."""
+    """The delivered set of one match (``ids``: ``RoutingTable.routes``): ungrouped ids
+    plus one member per group (``RoutingTable.deliver``), with each group's choice. A
+    tenant without groups takes the path of a plain match: one dict lookup more than
+    before groups existed."""
+    return _answer(table, tenant, ids, key)[0]
+
+
+def _answer(
+    table: RoutingTable, tenant: str, ids: MatchResult, key: str
+) -> tuple[dict[str, Any], int]:
+    """``delivery``, and its work: the ids it holds plus the candidates the groups'
+    choices examined."""
     if not table.groups.has_groups(tenant):
-        return {"subscriptions": sorted(ids), "subscribers": table.subscribers(ids), "groups": []}
-    delivered, chosen = table.deliver(tenant, ids, key)
+        answer = {"subscriptions": sorted(ids), "subscribers": table.subscribers(ids), "groups": []}
+        return answer, len(ids)
+    delivered, chosen, examined = table.deliver(tenant, ids, key)
     subscribers = table.subscribers(delivered)
+    work = len(delivered) + examined
     if not chosen:
-        return {"subscriptions": delivered, "subscribers": subscribers, "groups": []}
+        return {"subscriptions": delivered, "subscribers": subscribers, "groups": []}, work
     names = table.subscribers
     groups = [
         {
@@ -35,7 +63,7 @@ def delivery(table: RoutingTable, tenant: str, ids: MatchResult, key: str) -> di
         }
         for c in chosen
     ]
-    return {"subscriptions": delivered, "subscribers": subscribers, "groups": groups}
+    return {"subscriptions": delivered, "subscribers": subscribers, "groups": groups}, work
 
 
 def batch(
@@ -44,29 +72,35 @@ def batch(
     dialect: str,
     topics: Sequence[str],
     keys: Sequence[str] | None = None,
+    budget: int | None = None,
 ) -> tuple[bytes, int]:
     """The items of a batch answer's ``results`` array as JSON (comma-separated, without
-    the brackets, so slices join with a comma), and how many matches they hold: per topic
-    ``delivery``'s answer (``keys[k]`` the ``hash`` policy's key, by default the topic) or,
-    for a topic the dialect refuses, ``{"error": {"code", "message"}}``. For a tenant
-    without shared subscriptions, one ``RoutingTable.match_ids`` call and the JSON written
-    in C from its arrays (``app._answers``: no Python object per topic or id; the same
-    bytes as orjson of the dicts, ``tests/app/test_answers.py``)."""
+    the brackets, so slices join with a comma), and the work they took: per topic
+    ``delivery``'s answer (``keys[k]`` the ``hash`` policy's key, by default the topic;
+    ``check_keys`` bounds them first) or, for a topic the dialect refuses, ``{"error":
+    {"code", "message"}}``. The work is the ids in the answers plus, for a tenant with
+    shared subscriptions, the candidates its groups' choices examined (``max_batch_matches``
+    bounds it); past ``budget`` the topics left are not matched (the caller refuses the
+    batch). For a tenant without shared subscriptions, one ``RoutingTable.match_ids`` call
+    and the JSON written in C from its arrays (``app._answers``: no Python object per topic
+    or id; the same bytes as orjson of the dicts, ``tests/app/test_answers.py``)."""
     if not table.groups.has_groups(tenant):
         counts, ids, errors = table.match_ids(tenant, dialect, topics)
         by_id, far = table.subscriber_names()
         return encode_answers(counts, ids, errors, by_id, far)
     results: list[dict[str, Any]] = []
-    match = table.match
+    routes = table.routes
     append = results.append
-    matched = 0
+    work = 0
     for i, topic in enumerate(topics):
         try:
-            found = match(tenant, dialect, topic)
-            answer = delivery(table, tenant, found, topic if keys is None else keys[i])
+            found = routes(tenant, dialect, topic)
         except MatcherError as e:
             append({"error": {"code": e.code, "message": e.message}})
-        else:
-            matched += len(answer["subscriptions"])
-            append(answer)
-    return orjson.dumps(results)[1:-1], matched
+            continue
+        answer, cost = _answer(table, tenant, found, topic if keys is None else keys[i])
+        append(answer)
+        work += cost
+        if budget is not None and work > budget:
+            break
+    return orjson.dumps(results)[1:-1], work

@@ -72,7 +72,8 @@ class BatchTooLargeError(ServiceError):
 
 
 class BatchAnswerTooLargeError(ServiceError):
-    """A batch whose answer would hold more matches than ``max_batch_matches``."""
+    """A batch that would take more matches than ``max_batch_matches`` (the ids answered
+    plus the candidates the groups' choices examined)."""
 
     status = 413
     code = "batch_answer_too_large"

@@ -98,8 +98,9 @@ class Settings(BaseSettings):
     max_batch_matches: int = Field(
         1_000_000,
         ge=1,
-        description="Most matches (ids) one /v1/match/batch answer may hold (about 10-20 MB "
-        "of JSON); a batch past it is refused with 413 batch_answer_too_large.",
+        description="Most matches one /v1/match/batch may take: the ids it answers (about "
+        "10-20 MB of JSON) plus the candidates its groups' choices examine; a batch past it "
+        "is refused with 413 batch_answer_too_large.",
     )
     batch_concurrency: int = Field(
         2,

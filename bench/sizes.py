@@ -61,6 +61,9 @@ class Sizes:
     api_seconds: float
     api_batch_topics: int
     api_rounds: int
+    # group_choice: members of the one group a batch goes into, in process and served
+    group_members: tuple[int, ...]
+    group_served: int
     # slow_clients: connections that never finish a request, and the request deadline
     slow_clients: int
     slow_timeout_s: float
@@ -135,6 +138,8 @@ FULL: Final = Sizes(
     api_seconds=5.0,
     api_batch_topics=1_000,
     api_rounds=3,
+    group_members=(100, 20_000, 100_000),
+    group_served=20_000,
     slow_clients=20_000,
     slow_timeout_s=10.0,
 )
@@ -189,6 +194,8 @@ QUICK: Final = Sizes(
     api_seconds=1.0,
     api_batch_topics=100,
     api_rounds=1,
+    group_members=(100, 2_000),
+    group_served=500,
     slow_clients=300,
     slow_timeout_s=2.0,
 )

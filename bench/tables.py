@@ -17,6 +17,7 @@ from bench.api_load import run_api_load
 from bench.batch_fanout import run_batch_fanout
 from bench.concurrency import run_concurrency
 from bench.cs_trie_load import run_cs_trie_load
+from bench.group_choice import run_group_choice
 from bench.import_load import run_import_load
 from bench.latency import run_read_latency
 from bench.mass_removal import run_mass_removal
@@ -144,6 +145,11 @@ def _batch_fanout(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     yield run_batch_fanout(sizes.api_subscriptions, sizes.api_rounds + 2, sizes.seed)
 
 
+def _group_choice(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's answering engine
+    yield run_group_choice(sizes.group_members, sizes.group_served, sizes.api_rounds + 2)
+
+
 def _slow_clients(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the service's default engines
     yield from run_slow_clients(sizes.slow_clients, sizes.slow_timeout_s)
@@ -224,6 +230,10 @@ TABLES: Final[dict[str, BenchTable]] = {
     "batch_fanout": BenchTable(
         "topics/s of the batch answer (match, names, JSON) at 1-131 matches per topic",
         _batch_fanout,
+    ),
+    "group_choice": BenchTable(
+        "ms per 1,000-topic batch into one group of 100 to 100,000 members, per policy",
+        _group_choice,
     ),
     "slow_clients": BenchTable(
         "/healthz and /v1/match while 20,000 connections hang mid-request (a real server)",

@@ -9,9 +9,10 @@ from typing import Final
 
 from loader.catalog import Entry
 from loader.engines import subscribe_everywhere
+from loader.groups import Class
 from loader.state import Snapshot, TableState
 from matcher import CapacityError
-from store.records import Change
+from store.records import HEADERS_DIALECT, Change, headers_from_pattern
 
 #: Changes ``apply`` applies per hold of the applier lock, and the pause between two
 #: slices: a slice of removals takes a few milliseconds, so a match waiting for the GIL
@@ -88,6 +89,9 @@ class Applying(TableState):
         self._set_subscriber(sub_id, entries[sub_id].subscriber, len(entries))
         self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
         self.groups.add(change)  # groups: before the matchers see the id
+        served = (sub_id, change.tenant, change.dialect, change.pattern)
+        if self.groups.serve([served]):
+            return 1, [], None  # its group's route for these criteria serves it
         try:
             self._index_headers(change)
         except CapacityError as e:
@@ -95,6 +99,7 @@ class Applying(TableState):
             # catalog's differ: each reconciliation offers it anew, and it goes in once
             # removals make room. The applier goes on. (Its group membership stays, as
             # the store has it: see _remove_run.)
+            self.groups.unserve([sub_id])
             self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
             self._set_subscriber(sub_id, None, 0)
             return 0, [sub_id], e
@@ -123,13 +128,20 @@ class Applying(TableState):
         )
         names = self._names
         size = len(entries)
-        by_key: dict[tuple[str, str], list[tuple[int, str]]] = {}
         for sub_id, change in new.items():
             self._set_subscriber(sub_id, names.names[names.code(change.subscriber)], size)
-            by_key.setdefault((change.tenant, change.dialect), []).append((sub_id, change.pattern))
         self._catalog = Snapshot(seq, entries)
+        groups = self.groups
         for change in new.values():
-            self.groups.add(change)  # groups: before the matchers see the ids
+            groups.add(change)  # groups: before the matchers see the ids
+        hidden = groups.serve(
+            (i, c.tenant, c.dialect, c.pattern) for i, c in new.items() if c.group is not None
+        )
+        by_key: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        for sub_id, change in new.items():
+            if sub_id not in hidden:
+                key = (change.tenant, change.dialect)
+                by_key.setdefault(key, []).append((sub_id, change.pattern))
         refused: list[int] = []
         error: CapacityError | None = None
         for (tenant, dialect), items in by_key.items():
@@ -137,6 +149,9 @@ class Applying(TableState):
             refused += not_served
             error = last_error or error
         if refused:
+            # A refused route leaves its whole class unserved (its members came with it).
+            known = set(refused)
+            refused += [i for i in groups.unserve(refused) if i not in known]
             self._catalog = Snapshot(seq, entries.without(refused))
             for sub_id in refused:
                 self._set_subscriber(sub_id, None, 0)
@@ -176,16 +191,22 @@ class Applying(TableState):
         published at the run's last seq. Returns how many were present."""
         catalog = self._catalog
         groups = self.groups
-        by_key: dict[tuple[str, str, str], list[int]] = {}
-        gone: set[int] = set()
+        gone: dict[int, Change] = {}
         for change, here in zip(
             run, catalog.entries.present([c.subscription_id for c in run]), strict=True
         ):
             sub_id = change.subscription_id
             if not here:  # a refused add, whose group membership the store still had
                 groups.remove(sub_id)
-            elif sub_id not in gone:
-                gone.add(sub_id)
+            else:
+                gone.setdefault(sub_id, change)
+        quiet, swaps = groups.leaving(gone)
+        unserved: list[int] = []
+        for found, route in swaps:  # a class's route leaves, its other members stay
+            unserved += self._swap_route(found, route)
+        by_key: dict[tuple[str, str, str], list[int]] = {}
+        for sub_id, change in gone.items():
+            if sub_id not in quiet:
                 key = (change.kind, change.tenant, change.dialect)
                 same = by_key.get(key)
                 if same is None:
@@ -195,20 +216,49 @@ class Applying(TableState):
         for (kind, tenant, dialect), ids in by_key.items():
             self._unindex_many(kind, tenant, dialect, ids)
         entries = catalog.entries
-        if gone:
+        if gone or unserved:
             removed = sorted(gone)
+            groups.left(removed, swaps)
             for sub_id in removed:
                 groups.remove(sub_id)  # groups: after the matchers forgot it
-            entries = entries.without(removed)
+            entries = entries.without(sorted({*removed, *unserved}))
         self._catalog = Snapshot(max(catalog.seq, run[-1].seq), entries)
         by_id, far = self._by_id, self._far
         size = len(by_id)
-        for sub_id in gone:  # _set_subscriber(sub_id, None, 0), inlined
+        for sub_id in [*gone, *unserved]:  # _set_subscriber(sub_id, None, 0), inlined
             if sub_id < size:
                 by_id[sub_id] = None
             if far:
                 far.pop(sub_id, None)
         return len(gone)
+
+    def _swap_route(self, found: Class, route: int) -> list[int]:
+        """Give the engines ``route`` for ``found``'s pattern before its old route leaves
+        them (a reader meanwhile gets both, which name one class). When an engine is full,
+        the old route leaves first; when even then the new one does not fit, the class is
+        not served: its members (but the old route) are returned, to leave the catalog as
+        any refused add does (the reconciler offers them again)."""
+        tenant, dialect = found.table
+        kind = "headers" if dialect == HEADERS_DIALECT else "topic"
+        try:
+            self._index_route(tenant, dialect, route, found.pattern)
+        except CapacityError:
+            self._unindex_many(kind, tenant, dialect, [found.route])
+            try:
+                self._index_route(tenant, dialect, route, found.pattern)
+            except CapacityError as e:
+                old = found.route
+                members = [i for i in self.groups.unserve([old]) if i != old]
+                self._refuse(members, e)
+                return members
+        return []
+
+    def _index_route(self, tenant: str, dialect: str, route: int, pattern: str) -> None:
+        if dialect == HEADERS_DIALECT:
+            criteria, mode = headers_from_pattern(pattern)
+            self._headers_of(tenant).subscribe(route, criteria, mode)  # type: ignore[arg-type]
+        else:
+            subscribe_everywhere(list(self._matchers(tenant, dialect).values()), route, pattern)
 
     def _index_headers(self, change: Change) -> None:
         assert change.criteria is not None and change.mode is not None

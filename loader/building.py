@@ -50,8 +50,10 @@ class Building(TableState):
         with self._apply_lock:
             if len(self._catalog.entries):
                 raise RuntimeError("load() builds a fresh table; use apply() for changes")
+            grouped: list[int] = []
             for member in members:  # groups: before the matchers see the ids
                 self.groups.add_member(*member)
+                grouped.append(member[0])
             if not rows.num_rows:
                 self._catalog = Snapshot(seq, self._catalog.entries)
                 return
@@ -69,26 +71,59 @@ class Building(TableState):
             patterns = _strings(rows.column("pattern"))
             catalog = Catalog.from_columns(names, ids, tenant, subscriber, dialect, patterns)
             self._fill_subscribers(ids, subscriber)
+            served = self._serve_members(grouped, ids, tenant, dialect, patterns)
+            if len(served):  # members whose group's route for their pattern serves them
+                keep = ~np.isin(ids, served)
+                ids, tenant, dialect = ids[keep], tenant[keep], dialect[keep]
+                patterns = patterns.filter(pa.array(keep))
             groups = tenant.astype(np.int64) << 32 | dialect
             refused: list[int] = []
-            if bool(np.all(groups == groups[0])):  # one (tenant, dialect): no regrouping
+            if len(ids) and bool(np.all(groups == groups[0])):  # one (tenant, dialect)
                 refused += self._load_group(
                     names.names[tenant[0]], names.names[dialect[0]], ids, patterns
                 )
-                self._catalog = Snapshot(seq, self._without(catalog, refused))
-                return
-            order = np.argsort(groups, kind="stable")
-            starts = np.flatnonzero(np.diff(groups[order], prepend=-1)).tolist()
-            for start, end in zip(starts, [*starts[1:], len(order)][: len(starts)], strict=True):
-                rows_of = order[start:end]
-                first = int(rows_of[0])
-                refused += self._load_group(
-                    names.names[tenant[first]],
-                    names.names[dialect[first]],
-                    ids[rows_of],
-                    patterns.take(pa.array(rows_of)),
-                )
+            elif len(ids):
+                order = np.argsort(groups, kind="stable")
+                starts = np.flatnonzero(np.diff(groups[order], prepend=-1)).tolist()
+                ends = [*starts[1:], len(order)]
+                for start, end in zip(starts, ends, strict=True):
+                    rows_of = order[start:end]
+                    first = int(rows_of[0])
+                    refused += self._load_group(
+                        names.names[tenant[first]],
+                        names.names[dialect[first]],
+                        ids[rows_of],
+                        patterns.take(pa.array(rows_of)),
+                    )
+            if refused:  # a refused route leaves its whole class unserved
+                known = set(refused)
+                unserved = [i for i in self.groups.unserve(refused) if i not in known]
+                self.refused += len(unserved)
+                refused += unserved
             self._catalog = Snapshot(seq, self._without(catalog, refused))
+
+    def _serve_members(
+        self,
+        grouped: list[int],
+        ids: np.ndarray,
+        tenant: np.ndarray,
+        dialect: np.ndarray,
+        patterns: pa.StringArray,
+    ) -> np.ndarray:
+        """Serve the ``grouped`` ids among the rows (``GroupIndex.serve``, one Python
+        object per grouped row only); returns those the engines must not be given."""
+        if not grouped:
+            return np.zeros(0, np.int64)
+        wanted = np.unique(np.asarray(grouped, np.int64))
+        at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        rows_of = at[ids[at] == wanted]
+        codes = self._names.names
+        texts = patterns.take(pa.array(rows_of)).to_pylist()
+        hidden = self.groups.serve(
+            (int(ids[r]), codes[tenant[r]], codes[dialect[r]], text)
+            for r, text in zip(rows_of.tolist(), texts, strict=True)
+        )
+        return np.asarray(sorted(hidden), np.int64)
 
     def _without(self, catalog: Catalog, refused: Sequence[int]) -> Catalog:
         """``catalog`` less the ids the engines refused (``_load_group``; their group

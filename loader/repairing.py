@@ -57,17 +57,28 @@ class Repairing(Applying):
 
     def repair_members(self, members: Sequence[tuple[int, str, str, str | None]]) -> int:
         """Make the shared-subscription index hold exactly ``members`` (the store's, at this
-        table's seq); returns 1 if it had drifted (and was replaced), else 0."""
+        table's seq); returns 1 if it had drifted (and was replaced, with the engines of
+        every (tenant, dialect) holding a group rebuilt for the new routes), else 0."""
         expected = {sub_id: ((tenant, group), policy) for sub_id, tenant, group, policy in members}
         with self._apply_lock:
             if dict(self.groups.state()) == expected:
                 return 0
-            self.groups = GroupIndex.of(members)
+            old = self.groups
+            fresh = GroupIndex.of(members)
+            entries = self._catalog.entries
+            fresh.serve(
+                (sub_id, entry.tenant, entry.dialect, entry.pattern)
+                for sub_id in expected
+                if (entry := entries.get(sub_id)) is not None
+            )
+            self.groups = fresh
+            self._rebuild(old.tables() | fresh.tables())
             return 1
 
     def repair_groups(self) -> int:
         """Rebuild the engines of every (tenant, dialect) whose engines hold another count
-        than the catalog says, from the catalog; returns how many groups were rebuilt."""
+        than the catalog says (less the group members they need not hold), from the
+        catalog; returns how many were rebuilt."""
         with self._apply_lock:
             expected = self._catalog.entries.group_sizes()
             sizes = {
@@ -77,49 +88,68 @@ class Repairing(Applying):
             sizes.update(
                 {(t, HEADERS_DIALECT): {"headers": len(h)} for t, h in self._headers.items()}
             )
+            hidden = self.groups.hidden
             wrong = [
                 key
                 for key in sizes.keys() | expected.keys()
-                if any(n != expected.get(key, 0) for n in sizes.get(key, {"": 0}).values())
+                if any(
+                    n + hidden(key) != expected.get(key, 0)
+                    for n in sizes.get(key, {"": 0}).values()
+                )
             ]
-            if not wrong:
-                return 0
-            members: dict[tuple[str, str], list[tuple[int, str]]] = {key: [] for key in wrong}
-            for sub_id, entry in self._catalog.entries.items():
-                group = members.get((entry.tenant, entry.dialect))
-                if group is not None:
-                    group.append((sub_id, entry.pattern))
-            for (tenant, dialect), items in members.items():
-                if dialect == HEADERS_DIALECT:
-                    self._headers[tenant] = headers_matcher(items)
-                    continue
-                fresh = self._engine_set(dialect, len(items))
-                try:
-                    for matcher in fresh.values():
-                        matcher.subscribe_many(items)
-                except CapacityError as e:  # the engines serving now stay
-                    log.error("engines of tenant %r (%s) not rebuilt: %s", tenant, dialect, e)
-                    continue
-                self._topic[(tenant, dialect)] = fresh
+            self._rebuild(wrong)
             return len(wrong)
+
+    def _rebuild(self, keys: Collection[tuple[str, str]]) -> None:
+        """Fresh engines for each (tenant, dialect) of ``keys``, from the catalog less the
+        group members the engines need not hold (under the applier lock)."""
+        if not keys:
+            return
+        hidden = self.groups.hidden_ids()
+        members: dict[tuple[str, str], list[tuple[int, str]]] = {key: [] for key in keys}
+        for sub_id, entry in self._catalog.entries.items():
+            group = members.get((entry.tenant, entry.dialect))
+            if group is not None and sub_id not in hidden:
+                group.append((sub_id, entry.pattern))
+        for (tenant, dialect), items in members.items():
+            if dialect == HEADERS_DIALECT:
+                self._headers[tenant] = headers_matcher(items)
+                continue
+            fresh = self._engine_set(dialect, len(items))
+            try:
+                for matcher in fresh.values():
+                    matcher.subscribe_many(items)
+            except CapacityError as e:  # the engines serving now stay
+                log.error("engines of tenant %r (%s) not rebuilt: %s", tenant, dialect, e)
+                continue
+            self._topic[(tenant, dialect)] = fresh
 
     # -- checks -------------------------------------------------------------------------
 
     def group_sizes(self) -> dict[tuple[str, str], int]:
-        """Subscriptions each (tenant, dialect) matcher holds (headers: per tenant), read
-        from the engines: O(groups). The reconciler compares these with the catalog."""
-        sizes = {key: len(m[self._primary]) for key, m in self._topic.items()}
-        sizes.update({(t, HEADERS_DIALECT): len(h) for t, h in self._headers.items()})
+        """Subscriptions each (tenant, dialect) matcher serves (headers: per tenant), read
+        from the engines plus the group members their routes stand for: O(groups). The
+        reconciler compares these with the catalog."""
+        hidden = self.groups.hidden
+        sizes = {key: len(m[self._primary]) + hidden(key) for key, m in self._topic.items()}
+        sizes.update(
+            {
+                (t, HEADERS_DIALECT): len(h) + hidden((t, HEADERS_DIALECT))
+                for t, h in self._headers.items()
+            }
+        )
         return {key: n for key, n in sizes.items() if n}
 
     def consistent(self) -> bool:
-        """Whether every engine holds exactly the catalog's subscriptions, and the
-        subscriber list agrees with the catalog (drift check, O(n))."""
+        """Whether every engine holds exactly the catalog's subscriptions (less the group
+        members a route stands for), and the subscriber list agrees with the catalog
+        (drift check, O(n))."""
+        hidden = self.groups.hidden_ids()
         expected: dict[tuple[str, str], dict[int, str]] = {}
         for sub_id, entry in self._catalog.entries.items():
             if self.subscribers([sub_id]) != [entry.subscriber]:
                 return False
-            if entry.dialect != HEADERS_DIALECT:
+            if entry.dialect != HEADERS_DIALECT and sub_id not in hidden:
                 expected.setdefault((entry.tenant, entry.dialect), {})[sub_id] = entry.pattern
         for key, matchers in self._topic.items():
             wanted = expected.pop(key, {})
@@ -132,6 +162,7 @@ class Repairing(Applying):
     def _check(self) -> None:
         """Tests call this: consistent, and every engine's own invariants hold."""
         assert self.consistent()
+        self.groups._check()
         for matchers in self._topic.values():
             for matcher in matchers.values():
                 matcher._check()

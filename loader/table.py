@@ -40,8 +40,16 @@ class RoutingTable(Repairing, Building, Applying):
     # -- reads --------------------------------------------------------------------------
 
     def match(self, tenant: str, dialect: str, topic: str) -> MatchResult:
-        """Ids of ``tenant``'s subscriptions in ``dialect`` whose pattern matches ``topic``.
+        """Ids of ``tenant``'s subscriptions in ``dialect`` whose pattern matches ``topic``:
+        ``routes`` with the group members each stands for (O(matching subscriptions)).
         Raises the matcher's errors for an invalid topic, even with no subscription."""
+        return self.groups.expand((tenant, dialect), self.routes(tenant, dialect, topic))
+
+    def routes(self, tenant: str, dialect: str, topic: str) -> MatchResult:
+        """What the engines answer for ``topic``: ``match``, except that the members of a
+        group sharing one pattern are one id, its route (``loader.groups``), so a match
+        into a group of 20,000 workers on ``jobs.#`` costs one id, not 20,000. What
+        ``deliver`` takes. Raises like ``match``."""
         matchers = self._topic.get((tenant, dialect))
         if matchers is None:
             validator(dialect, self.limits).match(topic)
@@ -69,11 +77,12 @@ class RoutingTable(Repairing, Building, Applying):
         return answer
 
     def match_ids(self, tenant: str, dialect: str, topics: Iterable[str]) -> BatchIds:
-        """``match`` for each of ``topics``, answered in arrays by the answering engine's
-        ``Matcher.match_ids`` (``native``: the walks in C without the GIL, no Python object
-        per id), with one matcher look-up per batch. With a shadow check each topic counts
-        as one match toward the sample (``_shadow_batch``). Invalid topics get their error,
-        also for a tenant with no subscriptions. ``subscriber_names`` names the ids."""
+        """``routes`` for each of ``topics`` (for a tenant without groups: ``match``),
+        answered in arrays by the answering engine's ``Matcher.match_ids`` (``native``: the
+        walks in C without the GIL, no Python object per id), with one matcher look-up per
+        batch. With a shadow check each topic counts as one match toward the sample
+        (``_shadow_batch``). Invalid topics get their error, also for a tenant with no
+        subscriptions. ``subscriber_names`` names the ids."""
         matchers = self._topic.get((tenant, dialect))
         if matchers is None:
             return validator(dialect, self.limits).match_ids(topics)
@@ -120,6 +129,12 @@ class RoutingTable(Repairing, Building, Applying):
                 shadow.record(wrong, topic, f"tenant {key[0]!r}, {key[1]}")
 
     def match_headers(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
+        """``tenant``'s headers subscriptions that ``headers`` satisfy (``match``'s
+        counterpart: every member of a group)."""
+        return self.groups.expand((tenant, HEADERS_DIALECT), self.header_routes(tenant, headers))
+
+    def header_routes(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
+        """``match_headers`` as the engine answers (``routes``' counterpart)."""
         matcher = self._headers.get(tenant)
         if matcher is None:
             HEADERS_VALIDATOR.match(headers)
@@ -130,11 +145,16 @@ class RoutingTable(Repairing, Building, Applying):
         """Subscriptions per (tenant, dialect) now, ``headers`` included: O(tenants x
         dialects), read from the matchers' own counts (the metrics scrape calls it)."""
         primary = self._primary
+        hidden = self.groups.hidden  # the group members a route stands for
         # tuple(): one C-level copy, so the applier adding a tenant meanwhile cannot break
         # the iteration ("dictionary changed size").
-        sizes = {key: len(matchers[primary]) for key, matchers in tuple(self._topic.items())}
+        sizes = {
+            key: len(matchers[primary]) + hidden(key)
+            for key, matchers in tuple(self._topic.items())
+        }
         for tenant, headers in tuple(self._headers.items()):
-            sizes[(tenant, HEADERS_DIALECT)] = len(headers)
+            key = (tenant, HEADERS_DIALECT)
+            sizes[key] = len(headers) + hidden(key)
         return {key: size for key, size in sizes.items() if size}
 
     def check_room(self, items: Iterable[tuple[str, str, str]]) -> None:
@@ -164,8 +184,9 @@ class RoutingTable(Repairing, Building, Applying):
         return fill
 
     def deliver(self, tenant: str, ids: Iterable[int], key: str) -> Delivery:
-        """Who of a match's ``ids`` receives the message: the ungrouped ones plus one
-        member per group (``loader.groups``; ``key`` for the ``hash`` policy)."""
+        """Who of a match's ``ids`` (``routes``, or ``match``) receives the message: the
+        ungrouped ones plus one member per group (``loader.groups``; ``key`` for the
+        ``hash`` policy)."""
         return self.groups.deliver(tenant, ids, key)
 
     def entries(self, ids: Iterable[int]) -> dict[int, Entry]:
@@ -200,7 +221,8 @@ class RoutingTable(Repairing, Building, Applying):
         """Ids of ``tenant``'s subscriptions in ``dialect``, in id order after ``after``, at
         most ``limit``, whose pattern overlaps ``pattern`` or is covered by it, and where to
         resume (``matcher.overlap.search``: pruned by ``optimized_inverted_bitmap``'s rows when
-        that engine is built, which it is by default). Raises the matcher's errors for an
+        that engine is built, which it is by default; the group members a route stands for
+        go by its pattern). Raises the matcher's errors for an
         invalid pattern, even with no subscription."""
         matchers = self._topic.get((tenant, dialect))
         if matchers is None:
@@ -208,4 +230,10 @@ class RoutingTable(Repairing, Building, Applying):
             empty.dialect.parse_pattern(pattern, empty.limits)
             return Found([], None)
         engine = matchers.get("optimized_inverted_bitmap", matchers[self._primary])
-        return search(engine, pattern, relation, after, limit)
+        aliases = {
+            member: found.route
+            for found in self.groups.classes((tenant, dialect))
+            for member in found.ring.ids
+            if member != found.route
+        }
+        return search(engine, pattern, relation, after, limit, aliases=aliases)

@@ -15,6 +15,8 @@ so the engines need no dialect logic at all.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
@@ -104,6 +106,46 @@ def canonical(tokens: Tokens) -> Tokens:
         if has_many:
             out.append(MANY)
     return tuple(out)
+
+
+#: Whitespace as ``str.isspace`` sees it: Python's ``\s`` on text is the same test.
+_UNICODE_WHITESPACE: Final = re.compile(r"\s")
+
+
+def unseen_character(text: str) -> tuple[str, str] | None:
+    """The rule names (subscribers, groups) follow besides the byte and control rules:
+    (code, what it found) for the first character of ``text`` that is whitespace
+    (``str.isspace``: U+0020, tab, U+00A0, U+0085, U+2028, U+3000, ...;
+    ``whitespace_character``) or a format character (Unicode category Cf: the
+    bidirectional overrides and isolates U+202A-202E and U+2066-2069, U+200B-200F,
+    U+FEFF, ...; ``format_character``), else None. Either makes a name look like another:
+    ``\\u202egnp.exe`` prints as "exe.png", ``w\\u00a01`` as ``w 1``, ``w\\u200b1`` as ``w1``.
+    One pass in C for whitespace; a name with non-ASCII text is also read per character."""
+    found = _UNICODE_WHITESPACE.search(text)
+    if found is not None:
+        return "whitespace_character", f"the whitespace character U+{ord(found.group()):04X}"
+    if not text.isascii():
+        for c in text:
+            if unicodedata.category(c) == "Cf":
+                return "format_character", f"the format character U+{ord(c):04X}"
+    return None
+
+
+def unseen_characters_class() -> str:
+    """The characters ``unseen_character`` refuses in the Basic Multilingual Plane, as the
+    body of a regular expression class of ``\\uXXXX`` escapes that ``re`` and JSON Schema
+    (ECMA-262) both read (the few format characters past U+FFFF, e.g. the tag characters
+    U+E0001-E007F, cannot be written so without the ``u`` flag). O(65,536): for the OpenAPI
+    document, not a request."""
+    ranges: list[list[int]] = []
+    for code in range(0x10000):
+        c = chr(code)
+        if c.isspace() or unicodedata.category(c) == "Cf":
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
 
 
 def _error(kind: str, code: str, message: str) -> MatcherError:

@@ -30,8 +30,10 @@ O(|P| x |Q| x sets); the number of sets is not bounded polynomially in general
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final, Literal, NamedTuple
+
+from pyroaring import BitMap
 
 from matcher.base import Matcher
 from matcher.errors import MatcherError
@@ -224,10 +226,13 @@ def search(
     after: int | None = None,
     limit: int = 100,
     max_decisions: int = MAX_DECISIONS,
+    aliases: Mapping[int, int] | None = None,
 ) -> Found:
     """Ids of ``engine``'s subscriptions, in id order after ``after``, at most ``limit``, whose
     pattern shares a topic with ``pattern`` (``overlaps``) or whose every topic ``pattern``
-    matches (``covered_by``).
+    matches (``covered_by``). ``aliases``: ids the engine does not hold, each with the id
+    whose pattern it has (a routing table's group members, ``loader.groups``), searched
+    too, in the same order; a pattern is decided once per call, whoever else holds it.
 
     An ``optimized_inverted_bitmap`` engine prunes the candidates with its positional rows
     (no index of its own is needed); any other engine offers all its patterns. Each candidate
@@ -236,28 +241,35 @@ def search(
     """
     grammar, limits = engine.dialect, engine.limits
     query = grammar.parse_pattern(pattern, limits)
+    aliases = aliases or {}
     candidates: Iterable[int]
     if isinstance(engine, OptimizedInvertedBitmapMatcher):
         pruned = engine.overlap_candidates(pattern)
+        if aliases:
+            pruned |= BitMap(i for i, holder in aliases.items() if holder in pruned)
         if after is not None:
             pruned.remove_range(0, after + 1)
         candidates = pruned  # a BitMap iterates in id order
     else:
-        candidates = sorted(i for i, _ in engine.subscriptions() if after is None or i > after)
+        held = (i for i, _ in engine.subscriptions())
+        candidates = sorted(i for i in (*held, *aliases) if after is None or i > after)
     found: list[int] = []
-    decided = 0
+    decided: dict[int, bool] = {}
     for sub_id in candidates:
-        if decided >= max_decisions:
-            return Found(found, sub_id - 1)  # every candidate before sub_id is decided
-        text = engine.pattern_of(sub_id)
-        if text is None:
-            continue  # removed meanwhile
-        tokens = grammar.parse_pattern(text, limits)
-        decided += 1
-        if relation == "overlaps":
-            hit = intersects(grammar, query, tokens)
-        else:
-            hit = contains(grammar, query, tokens)
+        holder = aliases.get(sub_id, sub_id)
+        hit = decided.get(holder)
+        if hit is None:
+            if len(decided) >= max_decisions:
+                return Found(found, sub_id - 1)  # every candidate before sub_id is decided
+            text = engine.pattern_of(holder)
+            if text is None:
+                continue  # removed meanwhile
+            tokens = grammar.parse_pattern(text, limits)
+            if relation == "overlaps":
+                hit = intersects(grammar, query, tokens)
+            else:
+                hit = contains(grammar, query, tokens)
+            decided[holder] = hit
         if hit:
             found.append(sub_id)
             if len(found) >= limit:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from matcher import EMPTY, HeadersMatcher, Matcher, MatcherError, MatchResult, create_matcher
-from matcher.groups import by_hash, select, stable_hash
+from matcher.groups import Ring, pick_hash, select, stable_hash
 from pipeline.codes import DEFAULT_DIALECT, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
 from pipeline.schema import ROUTED_NAMES
 from pipeline.subscriptions import SubscriptionPlan
@@ -29,6 +29,8 @@ from store import DEFAULT_TENANT
 Hits: TypeAlias = MatchResult | tuple[int, ...]
 Rows: TypeAlias = npt.NDArray[np.int64]
 _NO_HITS: Final[Hits] = EMPTY
+#: Hash rings a router keeps (``Router._choose_members``) before it starts afresh.
+RINGS_KEPT: Final = 256
 
 
 class Router:
@@ -40,6 +42,9 @@ class Router:
         self._subscribers = pa.array(plan.subscribers, pa.string())
         self._topic: dict[tuple[str, str], Matcher] = {}
         self._headers: dict[str, HeadersMatcher] = {}
+        # The hash rings of the members sets messages matched, kept: messages with the
+        # same topic match the same members, and a ring costs O(members x log) to build.
+        self._rings: dict[tuple[int, ...], Ring] = {}
 
     def engine(self, tenant: str, dialect: str) -> Matcher:
         """The engine of (tenant, dialect), built on first use. Tenants without
@@ -179,19 +184,26 @@ class Router:
 
     def _choose_members(self, message_ids: list[str | None], hits: list[Hits]) -> None:
         """Shared subscriptions: one member per group, by ``hash(message_id)`` whatever the
-        group's policy (``matcher.groups.by_hash`` over subscription ids, a hash that is the
-        same in every process), so a rerun writes the same deliveries; the service's
+        group's policy (``matcher.groups.pick_hash`` over subscription ids, a hash that is
+        the same in every process), so a rerun writes the same deliveries; the service's
         ``hash`` policy with the message id as key chooses the same member. Only messages
         whose matches include a member pay for it."""
         group_of = self.plan.groups
         ids = self.plan.ids
+        rings = self._rings
         for i, found in enumerate(hits):
             if not found or group_of.keys().isdisjoint(found):
                 continue
             key = stable_hash(message_ids[i] or "")
 
             def pick(_: object, members: Sequence[int], key: int = key) -> int:
-                chosen = by_hash([ids[p] for p in members], key)
+                positions = tuple(members)
+                ring = rings.get(positions)
+                if ring is None:
+                    if len(rings) >= RINGS_KEPT:
+                        rings.clear()
+                    ring = rings[positions] = Ring.of(ids[p] for p in positions)
+                chosen = pick_hash([ring], key)[0]
                 return next(p for p in members if ids[p] == chosen)
 
             hits[i] = tuple(select(found, group_of, pick)[0])

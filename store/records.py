@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, checked_text, get_dialect
+from matcher.grammar import unseen_character
 from matcher.groups import Policy, check_group, check_policy, split_shared
 from store.errors import InvalidSubscriptionError
 
@@ -162,6 +163,18 @@ def _name(value: object, what: str) -> str:
     return text
 
 
+def _seen(text: str, what: str) -> str:
+    """Refuse whitespace and format characters in a subscriber name, as in a group name
+    (``matcher.grammar.unseen_character``, the one rule both follow): a right-to-left
+    override shows ``\u202egnp.exe`` as "exe.png", a no-break space ``w\u00a01`` as
+    ``w 1``. Rows stored before the rule keep working: only new names are checked."""
+    unseen = unseen_character(text)
+    if unseen is not None:
+        code, found = unseen
+        raise InvalidSubscriptionError(code, f"{what} may not contain {found}")
+    return text
+
+
 MAX_LABELS_DEPTH: Final = 8
 
 
@@ -221,7 +234,7 @@ def validate(
     """``new`` with normalized fields, or ``InvalidSubscriptionError`` / a ``MatcherError``
     (both carry a machine-readable ``code``) naming the broken rule."""
     tenant = _name(new.tenant, "tenant")
-    subscriber = _name(new.subscriber, "subscriber")
+    subscriber = _seen(_name(new.subscriber, "subscriber"), "subscriber")
     new = _grouped(new)
     if new.labels is not None:
         if not isinstance(new.labels, dict):

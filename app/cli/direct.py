@@ -68,12 +68,13 @@ class DirectAdmin:
         return Loader(self.db, self.settings.engines, limits=self.settings.limits()).build()
 
     def match(self, topic: str, dialect: str, tenant: str | None, key: str | None = None) -> Item:
-        from app.delivery import delivery
+        from app.delivery import delivery, hash_key
 
+        hashed = hash_key(key, topic)
         table = self._table()
         tenant = OPERATOR.tenant_for(tenant)
-        ids = table.match(tenant, dialect, topic)
-        return delivery(table, tenant, ids, topic if key is None else key)
+        ids = table.routes(tenant, dialect, topic)
+        return delivery(table, tenant, ids, hashed)
 
     def explain(
         self, topic: str, dialect: str, tenant: str | None, subscribers: Sequence[str]

@@ -93,6 +93,35 @@ function fmt(n, digits = 0) {
 
 const plural = (n, word) => `${fmt(n)} ${word}${n === 1 ? "" : "s"}`;
 
+// Names hold no whitespace, control or format character now, but rows stored before that
+// rule may: "\u202egnp.exe" would show as "exe.png", "w\u00a01" as "w 1". Such a character
+// is shown as its escape, never as itself (the plain space stays a space).
+const UNSEEN = /[^\S ]|\p{Cc}|\p{Cf}/gu;
+
+function escapeOf(c) {
+  const code = c.codePointAt(0).toString(16);
+  return code.length > 4 ? `\\u{${code}}` : `\\u${code.padStart(4, "0")}`;
+}
+
+/** ``name`` as text with each such character escaped (summaries, titles, dialogs). */
+function shown(name) {
+  return String(name).replace(UNSEEN, escapeOf);
+}
+
+/** ``name`` as a node: each such character as a marked escape (table cells). */
+function nameNode(name) {
+  const text = String(name);
+  const node = h("span", { class: "name" });
+  let last = 0;
+  for (const found of text.matchAll(UNSEEN)) {
+    const code = found[0].codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+    node.append(text.slice(last, found.index), h("span", { class: "unseen", title: `U+${code} (not shown as itself)` }, escapeOf(found[0])));
+    last = found.index + found[0].length;
+  }
+  node.append(text.slice(last));
+  return node;
+}
+
 function fillRows(table, rows, columns, emptyText = "nothing") {
   const body = $("tbody", table);
   body.replaceChildren();
@@ -232,8 +261,8 @@ async function loadCounts() {
 /** A subscription's group as "name" with its policy, or nothing when it has none. */
 function groupCell(s) {
   if (!s.group) return "";
-  return h("span", { class: "grp", "data-group": s.group, title: `shared: one member of ${s.group} receives each match (${s.group_policy})` },
-    s.group, h("span", { class: "policy" }, ` · ${s.group_policy}`));
+  return h("span", { class: "grp", "data-group": s.group, title: `shared: one member of ${shown(s.group)} receives each match (${s.group_policy})` },
+    nameNode(s.group), h("span", { class: "policy" }, ` · ${s.group_policy}`));
 }
 
 function subscriptionRow(s) {
@@ -248,7 +277,7 @@ function subscriptionRow(s) {
   }, "Delete");
   return h("tr", { "data-id": String(s.id) },
     h("td", { class: "num" }, String(s.id)),
-    h("td", {}, h("button", { type: "button", class: "link", title: `Show only ${s.subscriber}'s subscriptions`, onclick: () => filterBySubscriber(s.subscriber) }, s.subscriber)),
+    h("td", {}, h("button", { type: "button", class: "link", title: `Show only ${shown(s.subscriber)}'s subscriptions`, onclick: () => filterBySubscriber(s.subscriber) }, nameNode(s.subscriber))),
     h("td", {}, s.dialect),
     h("td", { class: "mono" }, what), h("td", {}, groupCell(s)), labels,
     h("td", { class: "col-opt", title: s.created_at }, s.created_at.replace("T", " ").slice(0, 19)), h("td", {}, del));
@@ -298,7 +327,7 @@ function reloadSubscriptions() {
 }
 
 async function deleteSubscription(s) {
-  if (!confirm(`Delete subscription ${s.id} (${s.subscriber} → ${s.pattern})?`)) return;
+  if (!confirm(`Delete subscription ${s.id} (${shown(s.subscriber)} → ${s.pattern})?`)) return;
   try {
     await api("DELETE", `/v1/subscriptions/${s.id}`);
     $("#create-result").className = "result ok";
@@ -316,15 +345,15 @@ $("#search-form").addEventListener("submit", (event) => { event.preventDefault()
 $("#search-form").addEventListener("input", () => {
   const subscriber = $("#search-form").elements.subscriber.value;
   $("#delete-subscriber").disabled = !subscriber;
-  $("#delete-subscriber").textContent = subscriber ? `Delete every subscription of ${subscriber}` : "Delete every subscription of…";
+  $("#delete-subscriber").textContent = subscriber ? `Delete every subscription of ${shown(subscriber)}` : "Delete every subscription of…";
 });
 $("#delete-subscriber").addEventListener("click", async () => {
   const subscriber = $("#search-form").elements.subscriber.value;
-  if (!subscriber || !confirm(`Delete EVERY subscription of ${subscriber}?`)) return;
+  if (!subscriber || !confirm(`Delete EVERY subscription of ${shown(subscriber)}?`)) return;
   try {
     const { data } = await api("DELETE", `/v1/subscribers/${encodeURIComponent(subscriber)}/subscriptions`, { query: { tenant: tenantParam() } });
     $("#create-result").className = "result ok";
-    $("#create-result").textContent = `deleted ${plural(data.deleted.length, "subscription")} of ${subscriber}`;
+    $("#create-result").textContent = `deleted ${plural(data.deleted.length, "subscription")} of ${shown(subscriber)}`;
     showError($("#subs-error"), null);
   } catch (e) {
     showError($("#subs-error"), e);
@@ -352,8 +381,8 @@ $("#create-form").addEventListener("submit", async (event) => {
     }
     const { status, data } = await api("POST", "/v1/subscriptions", { body });
     out.className = "result ok";
-    const group = data.group ? ` (group ${data.group}, ${data.group_policy})` : "";
-    out.textContent = status === 201 ? `created #${data.id}: ${data.subscriber} → ${data.pattern}${group}` : `already existed: #${data.id}`;
+    const group = data.group ? ` (group ${shown(data.group)}, ${data.group_policy})` : "";
+    out.textContent = status === 201 ? `created #${data.id}: ${shown(data.subscriber)} → ${data.pattern}${group}` : `already existed: #${data.id}`;
     form.elements.pattern.value = "";
     reloadSubscriptions();
   } catch (e) {
@@ -548,12 +577,12 @@ const REASONS = {
 
 function unmatchedRow(u, words, dialect) {
   if (!u.closest) {
-    return h("tr", { "data-subscriber": u.subscriber }, h("td", {}, u.subscriber), h("td", { class: "num" }, "0"),
+    return h("tr", { "data-subscriber": u.subscriber }, h("td", {}, nameNode(u.subscriber)), h("td", { class: "num" }, "0"),
       h("td", { class: "empty", colspan: "4" }, `no subscription in ${dialect}`));
   }
   const f = u.closest.failure;
   return h("tr", { "data-subscriber": u.subscriber, "data-closest": String(u.closest.id), "data-reason": f.reason },
-    h("td", {}, u.subscriber), h("td", { class: "num" }, fmt(u.patterns)), h("td", { class: "num" }, String(u.closest.id)),
+    h("td", {}, nameNode(u.subscriber)), h("td", { class: "num" }, fmt(u.patterns)), h("td", { class: "num" }, String(u.closest.id)),
     h("td", { class: "mono" }, u.closest.pattern), failureCell(words, f, dialect), h("td", {}, REASONS[f.reason](f)));
 }
 
@@ -582,7 +611,7 @@ async function runMatch() {
     const more = data.subscriptions.length > DETAIL_LIMIT ? ` (details of the first ${DETAIL_LIMIT})` : "";
     const skipped = why.matched_total - data.subscriptions.length;
     const grouped = skipped > 0 ? `; ${plural(skipped, "other group member")} matched but not chosen` : "";
-    summary.textContent = `"${topic}" (${dialect}) reaches ${plural(data.subscriptions.length, "subscription")} of ${plural(data.subscribers.length, "subscriber")}${grouped}${more}: ${data.subscribers.join(", ") || "nobody"}`;
+    summary.textContent = `"${topic}" (${dialect}) reaches ${plural(data.subscriptions.length, "subscription")} of ${plural(data.subscribers.length, "subscriber")}${grouped}${more}: ${data.subscribers.map(shown).join(", ") || "nobody"}`;
     summary.dataset.ids = data.subscriptions.join(",");
     const chosenBy = new Map(data.groups.map((g) => [g.subscription, g]));
     fillRows($("#match-table"), shownIds.map((id, k) => {
@@ -590,13 +619,13 @@ async function runMatch() {
       const m = explained.get(id);
       const g = chosenBy.get(id);
       return h("tr", { "data-id": String(id) }, h("td", { class: "num" }, String(id)),
-        h("td", {}, row ? row.subscriber : "?"), h("td", { class: "mono whole" }, row ? row.pattern : "?"),
+        h("td", {}, row ? nameNode(row.subscriber) : "?"), h("td", { class: "mono whole" }, row ? row.pattern : "?"),
         m ? capturesCell(m.captures, dialect) : h("td", { class: "hint" }, "not explained (past the first 1,000)"),
-        h("td", {}, g ? h("span", { class: "grp" }, g.group, h("span", { class: "policy" }, ` · chosen of ${g.candidates}`)) : ""));
+        h("td", {}, g ? h("span", { class: "grp" }, nameNode(g.group), h("span", { class: "policy" }, ` · chosen of ${g.candidates}`)) : ""));
     }), 5, "no subscription matches this topic");
     fillRows($("#groups-table"), data.groups.map((g) => h("tr", { "data-group": g.group, "data-id": String(g.subscription) },
-      h("td", {}, g.group), h("td", {}, g.policy), h("td", { class: "num" }, String(g.subscription)),
-      h("td", {}, g.subscriber), h("td", { class: "num" }, fmt(g.candidates)))), 5, "no group matched");
+      h("td", {}, nameNode(g.group)), h("td", {}, g.policy), h("td", { class: "num" }, String(g.subscription)),
+      h("td", {}, nameNode(g.subscriber)), h("td", { class: "num" }, fmt(g.candidates)))), 5, "no group matched");
     $("#unmatched-table").hidden = !named.length;
     if (named.length) {
       fillRows($("#unmatched-table"), why.unmatched.map((u) => unmatchedRow(u, why.words, dialect)), 6,
@@ -624,8 +653,8 @@ $("#batch-form").addEventListener("submit", async (event) => {
     showError(error, null);
     fillRows($("#batch-table"), data.results.map((r, k) => h("tr", { class: r.error ? "bad" : "" },
       h("td", { class: "mono" }, topics[k]), h("td", { class: "num" }, r.error ? "" : String(r.subscriptions.length)),
-      h("td", {}, r.error ? "" : r.subscribers.join(", ")),
-      h("td", {}, r.error || !r.groups ? "" : r.groups.map((g) => `${g.group} → ${g.subscriber}`).join(", ")),
+      h("td", {}, r.error ? "" : r.subscribers.map(shown).join(", ")),
+      h("td", {}, r.error || !r.groups ? "" : r.groups.map((g) => `${shown(g.group)} → ${shown(g.subscriber)}`).join(", ")),
       h("td", {}, r.error ? h("span", {}, h("code", {}, r.error.code), ` ${r.error.message}`) : ""))), 5, "no topics");
   } catch (e) {
     showError(error, e);
@@ -655,7 +684,7 @@ async function loadOverlaps() {
     overlapPaging.next = data.next_after;
     fillRows($("#overlaps-table"), data.items.map((s) => h("tr", { "data-id": String(s.id) },
       h("td", { class: "num" }, String(s.id)),
-      h("td", {}, h("button", { type: "button", class: "link", title: `${s.subscriber}'s redundant patterns`, onclick: () => findRedundant(s.subscriber, s.dialect) }, s.subscriber)),
+      h("td", {}, h("button", { type: "button", class: "link", title: `${shown(s.subscriber)}'s redundant patterns`, onclick: () => findRedundant(s.subscriber, s.dialect) }, nameNode(s.subscriber))),
       h("td", {}, s.dialect), h("td", { class: "mono" }, s.pattern), h("td", {}, groupCell(s)),
       h("td", { class: "col-opt", title: s.created_at }, s.created_at.replace("T", " ").slice(0, 19)))), 6,
     overlapPaging.afters.length > 1 || data.next_after !== null ? "none on this page" : "no subscription");
@@ -711,7 +740,7 @@ $("#redundant-form").addEventListener("submit", async (event) => {
       query: { dialect: values.dialect, tenant: tenantParam() },
     });
     showError(error, null);
-    summary.textContent = `${data.subscriber} (tenant ${data.tenant}) holds ${plural(data.patterns, "pattern")} in ${data.dialect}; ${fmt(data.redundant.length)} redundant`;
+    summary.textContent = `${shown(data.subscriber)} (tenant ${data.tenant}) holds ${plural(data.patterns, "pattern")} in ${data.dialect}; ${fmt(data.redundant.length)} redundant`;
     fillRows($("#redundant-table"), data.redundant.map((r) => h("tr", { "data-id": String(r.id), "data-covered-by": String(r.covered_by) },
       h("td", { class: "num" }, String(r.id)), h("td", { class: "mono" }, r.pattern),
       h("td", { class: "num" }, String(r.covered_by)), h("td", { class: "mono" }, r.covered_by_pattern))), 4, "none: every pattern adds topics");
@@ -873,7 +902,7 @@ function s(tag, attrs = {}, text) {
 
 /** What each query's chart shows: bars of ``value`` per ``label``, or a timeline. */
 const CHARTS = {
-  subscribers: { kind: "bars", label: (r) => `${r.subscriber} (${r.tenant})`, value: "deliveries" },
+  subscribers: { kind: "bars", label: (r) => `${shown(r.subscriber)} (${r.tenant})`, value: "deliveries" },
   tenants: { kind: "bars", label: (r) => r.tenant, value: "deliveries" },
   fanout: { kind: "bars", label: (r) => `fan-out ${r.fanout}`, value: "messages" },
   "topic-fanout": { kind: "bars", label: (r) => r.topic, value: "deliveries" },

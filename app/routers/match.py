@@ -13,7 +13,7 @@ from pydantic import StringConstraints
 from starlette.concurrency import run_in_threadpool
 
 from app.auth import Caller
-from app.delivery import batch, delivery
+from app.delivery import batch, check_keys, delivery, hash_key
 from app.dependencies import BatchCaller, MatchCaller, ServicesDep
 from app.errors import documented
 from app.ratelimit import BATCH_TOPICS
@@ -57,10 +57,11 @@ def match_answer(services: Services, caller: Caller, body: MatchIn) -> Response:
     """``POST /v1/match`` once the caller is authenticated and charged and the body is
     valid: the one implementation behind the route above and ``app.fastpath``, which
     serves the same request without FastAPI's routing and dependency solving."""
+    key = hash_key(body.key, body.topic)
     table = services.table()
     tenant = caller.tenant_for(body.tenant)
-    ids = table.match(tenant, body.dialect, body.topic)
-    return _json(delivery(table, tenant, ids, body.topic if body.key is None else body.key))
+    ids = table.routes(tenant, body.dialect, body.topic)
+    return _json(delivery(table, tenant, ids, key))
 
 
 @router.get("/match", response_model=MatchOut)
@@ -75,10 +76,11 @@ async def match_query(
     ] = None,
 ) -> Response:
     """``POST /v1/match`` for quick use from a browser or curl."""
+    hashed = hash_key(key, topic)
     table = services.table()
     tenant = caller.tenant_for(tenant)
-    ids = table.match(tenant, dialect, topic)
-    return _json(delivery(table, tenant, ids, topic if key is None else key))
+    ids = table.routes(tenant, dialect, topic)
+    return _json(delivery(table, tenant, ids, hashed))
 
 
 @router.get("/match/explain", response_model=ExplainOut)
@@ -109,10 +111,11 @@ def explain_match(
 async def match_batch(body: BatchIn, caller: BatchCaller, services: ServicesDep) -> Response:
     """Match many topics at once; an invalid topic gets an error entry, the others their
     matches (nothing is dropped). Each topic counts against the tenant's batch-topic rate.
-    At most ``max_batch`` topics (10,000) and ``max_batch_matches`` matches in the answer
-    (1,000,000): past either, 413. Runs off the event loop in slices of ``BATCH_SLICE``
-    topics, so other requests are served meanwhile; each slice waits for a place in
-    ``services.fair``, granted to the waiting tenants in turns."""
+    At most ``max_batch`` topics (10,000) and ``max_batch_matches`` matches (1,000,000:
+    the ids answered plus the group members the choices examined): past either, 413. Runs
+    off the event loop in slices of ``BATCH_SLICE`` topics, so other requests are served
+    meanwhile; each slice waits for a place in ``services.fair``, granted to the waiting
+    tenants in turns."""
     return await batch_answer(services, caller, body)
 
 
@@ -128,6 +131,7 @@ async def batch_answer(services: Services, caller: Caller, body: BatchIn) -> Res
             f"keys holds {len(keys)} keys for {len(body.topics)} topics: one per topic",
             code="keys_mismatch",
         )
+    check_keys(keys)
     services.limiter.charge(BATCH_TOPICS, caller.tenant, len(body.topics))
     table = services.table()
     tenant = caller.tenant_for(body.tenant)
@@ -149,12 +153,14 @@ async def batch_answer(services: Services, caller: Caller, body: BatchIn) -> Res
                 body.dialect,
                 topics[start:end],
                 None if keys is None else keys[start:end],
+                most - matched,
             )
         matched += count
         if matched > most:
             raise BatchAnswerTooLargeError(
-                f"the answer would hold more than {most:,} matches "
-                f"(max_batch_matches); send fewer topics per batch"
+                f"the answer would take more than {most:,} matches (max_batch_matches: "
+                "the ids answered plus the group members examined); send fewer topics per "
+                "batch"
             )
         parts.append(part)
     return Response(b'{"results":[' + b",".join(parts) + b"]}", media_type="application/json")
@@ -165,10 +171,10 @@ async def match_headers(
     body: HeadersMatchIn, caller: MatchCaller, services: ServicesDep
 ) -> Response:
     """Content-based routing: subscriptions of kind ``headers`` satisfied by ``headers``."""
+    key = hash_key(body.key, "")
     table = services.table()
     tenant = caller.tenant_for(body.tenant)
-    ids = table.match_headers(tenant, body.headers)
-    key = body.key
-    if key is None and table.groups.has_groups(tenant):
+    ids = table.header_routes(tenant, body.headers)
+    if body.key is None and table.groups.has_groups(tenant):
         key = orjson.dumps(body.headers, option=orjson.OPT_SORT_KEYS).decode()
-    return _json(delivery(table, tenant, ids, key or ""))
+    return _json(delivery(table, tenant, ids, key))

@@ -34,6 +34,7 @@ from harness.workloads import (
     throughput_workload,
 )
 from matcher import ENGINES, create_matcher
+from matcher.groups import POLICIES
 
 SCALED = scaled_workload()
 ENGINE_ROWS = [*ENGINES, BASELINE]
@@ -60,6 +61,10 @@ EXPECTED_ROWS: dict[str, list[str]] = {
         *(batch_fan_out_label(n, QUICK.api_batch_topics) for n in FAN_OUTS),
     ],
     "batch_fanout": ["1", "2", "14", "131"],
+    "group_choice": [
+        *(f"{policy}, {n:,} members" for policy in POLICIES for n in QUICK.group_members),
+        f"hash, {QUICK.group_served:,} members, HTTP",
+    ],
     "slow_clients": [
         f"{probe}, {phase}"
         for phase in ("before", "while hanging")
@@ -105,6 +110,7 @@ def test_registry_names_every_table() -> None:
         "cs_trie_load",
         "api_load",
         "batch_fanout",
+        "group_choice",
         "slow_clients",
         "store_load",
         "import_load",

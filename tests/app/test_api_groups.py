@@ -64,7 +64,7 @@ def test_hash_policy_is_sticky_by_key_and_defaults_to_the_topic(client: TestClie
         assert got.json()["subscriptions"] == chosen
     # Without a key, the topic is the key.
     assert _match(client, "t.q") == _match(client, "t.q", key="t.q")
-    # The key is checked when a hash group needs it.
+    # A key given is bounded (tests/app/test_group_bounds.py: on every route, matched or not).
     refused = client.post(
         "/v1/match", json={"topic": "t.x", "key": "k" * 1025}, headers=ADMIN_HEADERS
     )

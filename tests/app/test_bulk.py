@@ -19,7 +19,7 @@ from matcher import Limits, MatcherError
 from store import Database, StoreError
 
 LIMITS = Limits(max_topic_bytes=24, max_pattern_bytes=24, max_words=4)
-TEXT = st.text(alphabet=st.sampled_from("ab.*# \t\x01\x7fé\x00\ud800"), max_size=30)
+TEXT = st.text(alphabet=st.sampled_from("ab.*# \t\x01\x7fé\x00\ud800\u00a0\u202e"), max_size=30)
 ITEMS = st.dictionaries(
     st.sampled_from(["subscriber", "pattern", "dialect", "tenant", "group", "labels"]),
     st.one_of(TEXT, st.none(), st.integers(), st.sampled_from(["amqp", "mqtt", "nats"])),

@@ -19,12 +19,14 @@ from typing import Any, Final
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from app.imports import read_items
 from app.main import create_app
 from harness.server import Server, start_server
 from harness.services import require, reset_postgres
+from store import Database
 from tests.app.conftest import (
     A_HEADERS,
     ADMIN,
@@ -1022,6 +1024,66 @@ def test_audit_page_shows_a_429_with_its_retry_after(browser: Browser, tmp_path:
         expect(error.locator("[data-retry-after]")).to_have_text(f"{wait} s")
         expect(page.locator("#audit-refresh")).to_be_disabled()
         shoot(page, "duckdb", "audit-429")
+        context.close()
+    finally:
+        started.stop()
+
+
+def test_names_the_rule_refuses_show_as_escapes(browser: Browser, tmp_path: Path) -> None:
+    """Rows stored before the names' rule (written here behind the service's back) keep
+    their names; the console shows each whitespace, control or format character as its
+    escape in a marked span, so "\\u202egnp.exe" does not read "exe.png". DuckDB only: the
+    rule and the page do not depend on the store."""
+    expect.set_options(timeout=WAIT_MS)
+    url = f"duckdb:///{tmp_path / 'names.duckdb'}"
+    settings = {"database_url": url, "admin_token": ADMIN, "tenant_tokens": json.dumps(TENANTS)}
+    started = start_server(tmp_path, settings)
+    try:
+        with started.client(ADMIN_HEADERS) as admin:
+            for subscriber, group in (("evil", None), ("w1", "g"), ("w2", "g")):
+                body = {"subscriber": subscriber, "pattern": "jobs.#", "group": group}
+                assert admin.post("/v1/subscriptions", json=body).status_code == 201
+    finally:
+        started.stop()
+    database = Database(url)
+    try:
+        with database.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE subscription SET subscriber = :s WHERE subscriber = 'evil'"),
+                {"s": "\u202egnp.exe"},
+            )
+            conn.execute(
+                sa.text('UPDATE subscription SET "group" = :g WHERE "group" IS NOT NULL'),
+                {"g": "g\u2066\u00a0x"},
+            )
+    finally:
+        database.dispose()
+    started = start_server(tmp_path, settings)
+    try:
+        started.wait_until("/readyz", 200)
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        log_in(page, started.url, ADMIN)
+        page.get_by_role("link", name="Subscriptions").click()
+        evil = page.locator("#subs-table tbody tr").filter(has_text="gnp.exe")
+        expect(evil).to_have_count(1)
+        name = evil.locator("td").nth(1)
+        expect(name).to_have_text("\\u202egnp.exe")
+        expect(name.locator(".unseen")).to_have_attribute("title", "U+202E (not shown as itself)")
+        assert "\u202e" not in page.locator("#subs-table").inner_text()
+        chip = page.locator("#subs-table .grp").first
+        expect(chip).to_contain_text("g\\u2066\\u00a0x")
+        expect(chip.locator(".unseen")).to_have_count(2)
+        shoot(page, "duckdb", "names-escaped")
+
+        page.get_by_role("link", name="Match tester").click()
+        page.get_by_label("Topic", exact=True).fill("jobs.1")
+        expect(page.locator("#groups-table tbody")).to_contain_text("g\\u2066\\u00a0x")
+        expect(page.locator("#match-summary")).to_contain_text("\\u202egnp.exe")
+        for table in ("#match-summary", "#match-table", "#groups-table"):
+            text = page.locator(table).inner_text()
+            assert not any(c in text for c in "\u202e\u2066\u00a0"), (table, text)
+        shoot(page, "duckdb", "names-escaped-match")
         context.close()
     finally:
         started.stop()

@@ -96,7 +96,7 @@ def test_csv_import_follows_the_csv_rules(
 ) -> None:
     text = (
         "subscriber,pattern\r\n"  # header, CRLF line ends throughout
-        '"alice, inc",a.b\r\n'  # line 2: a quoted comma
+        '"alice,inc",a.b\r\n'  # line 2: a quoted comma
         '"multi\r\nline",c.d\r\n'  # lines 3-4: a quoted line break inside a field
         "bob,a/#/b,mqtt\r\n"  # line 5: invalid, numbered by its physical line
         "carol,e.f\r\n"  # line 6
@@ -110,7 +110,7 @@ def test_csv_import_follows_the_csv_rules(
     assert "line 3: control_character" in result.output
     assert "line 5: invalid_wildcard" in result.output
     assert sorted(_stored(store_url)) == [
-        ("default", "alice, inc", "a.b"),
+        ("default", "alice,inc", "a.b"),
         ("default", "carol", "e.f"),
     ]
 

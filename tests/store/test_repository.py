@@ -76,9 +76,11 @@ def test_repeating_a_subscription_draws_no_id(database: Database) -> None:
     assert created and third == second + 3
 
 
-def test_tab_is_the_one_control_character_kept() -> None:
-    new = validate(NewSubscription("q\tr", "a\tb"))
-    assert (new.subscriber, new.pattern) == ("q\tr", "a\tb")
+def test_tab_is_the_one_control_character_kept_in_patterns() -> None:
+    assert validate(NewSubscription("q", "a\tb")).pattern == "a\tb"
+    with pytest.raises(InvalidSubscriptionError) as caught:
+        validate(NewSubscription("q\tr", "a"))  # a name holds no whitespace at all
+    assert caught.value.code == "whitespace_character"
 
 
 def test_headers_subscriptions_are_unique_by_criteria(database: Database) -> None:
