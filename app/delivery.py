@@ -12,6 +12,7 @@ import orjson
 from app._answers import encode_answers
 from loader import RoutingTable
 from matcher import MatcherError, MatchResult
+from matcher.budget import Budget
 
 
 def delivery(table: RoutingTable, tenant: str, ids: MatchResult, key: str) -> dict[str, Any]:
@@ -44,6 +45,7 @@ def batch(
     dialect: str,
     topics: Sequence[str],
     keys: Sequence[str] | None = None,
+    budget: Budget | None = None,
 ) -> tuple[bytes, int]:
     """The items of a batch answer's ``results`` array as JSON (comma-separated, without
     the brackets, so slices join with a comma), and how many matches they hold: per topic
@@ -51,7 +53,9 @@ def batch(
     for a topic the dialect refuses, ``{"error": {"code", "message"}}``. For a tenant
     without shared subscriptions, one ``RoutingTable.match_ids`` call and the JSON written
     in C from its arrays (``app._answers``: no Python object per topic or id; the same
-    bytes as orjson of the dicts, ``tests/app/test_answers.py``)."""
+    bytes as orjson of the dicts, ``tests/app/test_answers.py``). With groups, a topic at a
+    time in Python, ``budget`` checked before each (a stop or its deadline ends the batch
+    between two topics)."""
     if not table.groups.has_groups(tenant):
         counts, ids, errors = table.match_ids(tenant, dialect, topics)
         by_id, far = table.subscriber_names()
@@ -60,7 +64,10 @@ def batch(
     match = table.match
     append = results.append
     matched = 0
+    check = None if budget is None else budget.check
     for i, topic in enumerate(topics):
+        if check is not None:
+            check()
         try:
             found = match(tenant, dialect, topic)
             answer = delivery(table, tenant, found, topic if keys is None else keys[i])

@@ -15,6 +15,7 @@ from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
 from app.settings import Settings
+from app.work import Work
 from loader import Loader, RoutingTable
 from migrations.runner import upgrade
 from store import Database
@@ -30,6 +31,7 @@ class Services:
     admin: AdminOperations
     limiter: RateLimiter
     fair: FairSlots
+    work: Work
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
@@ -54,7 +56,7 @@ class Services:
         operations = AdminOperations(
             db, settings, room=lambda items: loader.table.check_room(items)
         )
-        return cls(settings, db, loader, operations, limiter, fair)
+        return cls(settings, db, loader, operations, limiter, fair, Work(settings, fair, limiter))
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at

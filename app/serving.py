@@ -150,6 +150,7 @@ def _config(settings: Settings, app: FastAPI | str) -> uvicorn.Config:
         backlog=BACKLOG,
         workers=settings.workers,
         factory=isinstance(app, str),
+        timeout_graceful_shutdown=settings.shutdown_grace,
     )
 
 

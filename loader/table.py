@@ -25,6 +25,7 @@ from loader.groups import Delivery
 from loader.repairing import Repairing
 from loader.shadow import ShadowCheck
 from matcher import EMPTY, BatchIds, Matcher, MatchResult
+from matcher.budget import Budget
 from matcher.overlap import Found, Relation, search
 from store.records import HEADERS_DIALECT
 
@@ -174,14 +175,21 @@ class RoutingTable(Repairing, Building, Applying):
         return {i: entry for i in ids if (entry := entries.get(i)) is not None}
 
     def patterns_of(
-        self, tenant: str, dialect: str, subscribers: Iterable[str]
+        self,
+        tenant: str,
+        dialect: str,
+        subscribers: Iterable[str],
+        budget: Budget | None = None,
     ) -> dict[str, dict[int, str]]:
         """For each of ``subscribers``: id -> pattern of its subscriptions in ``dialect``
         (empty when it has none). One scan of the snapshot, O(catalog), for all of them: no
         per-subscriber index is kept, as explain and redundancy are rare, operator-driven
-        reads."""
+        reads. The scan's length is the store's, not the request's: it spends none of
+        ``budget``'s steps, only stops when the budget is stopped."""
         out: dict[str, dict[int, str]] = {name: {} for name in subscribers}
-        for sub_id, entry in self._catalog.entries.items():
+        for seen, (sub_id, entry) in enumerate(self._catalog.entries.items()):
+            if budget is not None and not seen & 0xFFF:
+                budget.check()
             if entry.tenant == tenant and entry.dialect == dialect:
                 mine = out.get(entry.subscriber)
                 if mine is not None:
@@ -196,16 +204,18 @@ class RoutingTable(Repairing, Building, Applying):
         relation: Relation,
         after: int | None = None,
         limit: int = 100,
+        budget: Budget | None = None,
     ) -> Found:
         """Ids of ``tenant``'s subscriptions in ``dialect``, in id order after ``after``, at
         most ``limit``, whose pattern overlaps ``pattern`` or is covered by it, and where to
         resume (``matcher.overlap.search``: pruned by ``optimized_inverted_bitmap``'s rows when
         that engine is built, which it is by default). Raises the matcher's errors for an
-        invalid pattern, even with no subscription."""
+        invalid pattern, even with no subscription. ``budget``: the search's (see
+        ``search``)."""
         matchers = self._topic.get((tenant, dialect))
         if matchers is None:
             empty = validator(dialect, self.limits)
             empty.dialect.parse_pattern(pattern, empty.limits)
             return Found([], None)
         engine = matchers.get("optimized_inverted_bitmap", matchers[self._primary])
-        return search(engine, pattern, relation, after, limit)
+        return search(engine, pattern, relation, after, limit, budget=budget)
