@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from app import heap
-from app.fairness import FairSlots
+from app.fairness import PYTHON_PLACES, FairSlots
 from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
@@ -30,7 +30,10 @@ class Services:
     loader: Loader
     admin: AdminOperations
     limiter: RateLimiter
+    #: Places for batch slices matched without the GIL, and for work holding it
+    #: (``app.fairness``).
     fair: FairSlots
+    fair_python: FairSlots
     work: Work
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
@@ -56,7 +59,9 @@ class Services:
         operations = AdminOperations(
             db, settings, room=lambda items: loader.table.check_room(items)
         )
-        return cls(settings, db, loader, operations, limiter, fair, Work(settings, fair, limiter))
+        fair_python = FairSlots(PYTHON_PLACES)
+        work = Work(settings, fair_python, limiter)
+        return cls(settings, db, loader, operations, limiter, fair, fair_python, work)
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at

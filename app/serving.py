@@ -88,10 +88,10 @@ def keep_pandas_out() -> None:
 
 
 #: How long a thread may hold the GIL while another waits for it (CPython's default is
-#: 5 ms). Large matches, explains and searches run Python in worker threads
-#: (``app.work``); every request the event loop serves meanwhile waits for the GIL first.
-#: With one tenant flooding matches into a 20,000-member group, another tenant's match p50
-#: was 11-13 ms at 5 ms slices and 2.2-2.5 ms at 0.5 ms (``topicstore bench hostile``).
+#: 5 ms). Large matches, explains and searches run Python in a worker thread
+#: (``app.work``); every request the event loop serves meanwhile waits for the GIL first,
+#: so one tenant's flood of such work raised another's match p50 (figures under
+#: docs/benchmarks.md, ``topicstore bench hostile``).
 SWITCH_INTERVAL_S: Final = 0.0005
 
 

@@ -109,19 +109,19 @@ class Settings(BaseSettings):
         "waiting tenants in turns (about the cores to spare).",
     )
     explain_budget: int = Field(
-        4_000_000,
+        2_000_000,
         ge=1_000,
         description="Steps one explain may take (a step: one cell of a pattern's table against "
         "the topic, about 0.1 µs); past it 422 explain_budget_exceeded.",
     )
     overlap_budget: int = Field(
-        400_000,
+        300_000,
         ge=1_000,
         description="Steps one page of an overlaps/covered_by listing may take (a step: one "
         "state of a decision, about 1 µs); the page ends early there, with next_after.",
     )
     redundancy_budget: int = Field(
-        500_000,
+        300_000,
         ge=1_000,
         description="Steps one redundancy check may take (a step: one state of a containment "
         "decision, about 1 µs); past it 422 redundancy_budget_exceeded.",

@@ -96,7 +96,7 @@ def explain_topic(
         )
     receiving = set(table.subscribers(ids))
     missing = [name for name in named if name not in receiving]
-    patterns = table.patterns_of(tenant, dialect, missing, budget) if missing else {}
+    patterns = table.patterns_of(tenant, dialect, missing) if missing else {}
     unmatched = [_closest(table, dialect, topic, name, patterns[name], budget) for name in missing]
     return ExplainOut(
         words=list(words),
@@ -251,7 +251,7 @@ def redundant_patterns(
     equivalent ones, all but the lowest id). At most ``MAX_REDUNDANCY_PATTERNS``, and the
     steps of ``budget`` (``matcher.overlap.redundant``)."""
     _topic_dialect(dialect)
-    patterns = table.patterns_of(tenant, dialect, [subscriber], budget)[subscriber]
+    patterns = table.patterns_of(tenant, dialect, [subscriber])[subscriber]
     if len(patterns) > MAX_REDUNDANCY_PATTERNS:
         raise TooManyPatternsError(
             f"{subscriber!r} has {len(patterns)} {dialect} patterns; a redundancy check "

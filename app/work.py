@@ -14,8 +14,8 @@ when the client leaves or the server stops.
 * The server: ``Work.stop_all`` stops every budget in flight; the app's lifespan calls it
   when the server stops, after uvicorn's grace period (``shutdown_grace``) let the requests
   that still have a client finish, so no worker thread outlives it by more than a step.
-* Fairness: ``Work.run`` runs the work in a worker thread in one of the fair places that
-  batch slices take too (``app.fairness``: bounded, granted to the tenants in turns), and
+* Fairness: ``Work.run`` runs the work in a worker thread in the fair place for work that
+  holds the GIL (``app.fairness``: granted to the tenants in turns), and
   can bill the steps it spent to a rate bucket (``STEPS_PER_MATCH`` steps cost as much as
   one match request), so an expensive request counts as the many matches it costs.
 
@@ -98,6 +98,7 @@ class Work:
     """The budgets of the work in flight in this process (see the module docstring)."""
 
     def __init__(self, settings: Settings, fair: FairSlots, limiter: RateLimiter) -> None:
+        """``fair``: the places the work waits for (``Services.fair_python``)."""
         self.settings = settings
         self.fair = fair
         self.limiter = limiter
@@ -125,7 +126,7 @@ class Work:
         *,
         bill: tuple[str, str | None] | None = None,
     ) -> T:
-        """``work(budget)`` in a worker thread, once one of the fair places is ``tenant``'s,
+        """``work(budget)`` in a worker thread, once the fair place is ``tenant``'s,
         with a watched budget of ``kind``; ``bill``: the rate bucket (kind, tenant) debited
         the steps it spent, refused or not."""
         async with self.watched(receive, kind) as budget:
@@ -136,10 +137,6 @@ class Work:
             finally:
                 if bill is not None:
                     self.limiter.debit(*bill, budget.spent / STEPS_PER_MATCH)
-
-    def in_flight(self) -> int:
-        """Budgets not yet finished."""
-        return len(self._live)
 
     def stop_all(self) -> None:
         """Stop every budget in flight (the server is stopping)."""

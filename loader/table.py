@@ -175,26 +175,13 @@ class RoutingTable(Repairing, Building, Applying):
         return {i: entry for i in ids if (entry := entries.get(i)) is not None}
 
     def patterns_of(
-        self,
-        tenant: str,
-        dialect: str,
-        subscribers: Iterable[str],
-        budget: Budget | None = None,
+        self, tenant: str, dialect: str, subscribers: Iterable[str]
     ) -> dict[str, dict[int, str]]:
         """For each of ``subscribers``: id -> pattern of its subscriptions in ``dialect``
-        (empty when it has none). One scan of the snapshot, O(catalog), for all of them: no
-        per-subscriber index is kept, as explain and redundancy are rare, operator-driven
-        reads. The scan's length is the store's, not the request's: it spends none of
-        ``budget``'s steps, only stops when the budget is stopped."""
-        out: dict[str, dict[int, str]] = {name: {} for name in subscribers}
-        for seen, (sub_id, entry) in enumerate(self._catalog.entries.items()):
-            if budget is not None and not seen & 0xFFF:
-                budget.check()
-            if entry.tenant == tenant and entry.dialect == dialect:
-                mine = out.get(entry.subscriber)
-                if mine is not None:
-                    mine[sub_id] = entry.pattern
-        return out
+        (empty when it has none). One vectorized scan of the snapshot's columns for all of
+        them (``Catalog.patterns_of``): no per-subscriber index is kept, as explain and
+        redundancy are rare, operator-driven reads."""
+        return self._catalog.entries.patterns_of(tenant, dialect, subscribers)
 
     def related(
         self,

@@ -114,4 +114,5 @@ class Budget:
 
     def _raise_stopped(self) -> None:
         reason = self.stopped or CLIENT_GONE
-        raise StoppedError(reason, f"{self.name}: stopped, {_REASONS.get(reason, reason)}")
+        hint = f"; {self.hint}" if reason == DEADLINE and self.hint else ""
+        raise StoppedError(reason, f"{self.name}: stopped, {_REASONS.get(reason, reason)}{hint}")

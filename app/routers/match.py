@@ -1,6 +1,6 @@
 """Match API: the hot path. Single matches run on the event loop (microseconds of CPU,
 never blocking) unless their answer is large (``LARGE_MATCH``); large answers, explains and
-batches run off it in the fair places (``app.fairness``), a batch in slices, so that none
+batches run off it in fair places (``app.fairness``), a batch in slices, so that none
 stalls other requests or other tenants. Explains and batches have a budget and stop when
 their client leaves (``app.work``). Answers are serialized with orjson straight to bytes;
 the declared models document the shape."""
@@ -45,8 +45,8 @@ from store.records import MAX_NAME_BYTES
 #: slices interleave in the thread pool's order.
 BATCH_SLICE: Final = 1_000
 #: A single match of at least this many ids has its answer (sorting, names, a group's
-#: choice, JSON: a few hundred µs and up) built in a worker thread in one of the fair
-#: places, like a batch slice, and billed to the tenant's match rate as its ids
+#: choice, JSON: a few hundred µs and up) built in a worker thread in the fair place for
+#: work holding the GIL (``app.fairness``), and billed to the tenant's match rate as its ids
 #: (``STEPS_PER_MATCH`` ids = one match): a tenant matching into a big group, or against
 #: thousands of its own patterns, then waits its turn instead of stalling the event loop.
 LARGE_MATCH: Final = 1_000
@@ -102,10 +102,10 @@ async def _large_answer(
     ids: MatchResult,
     key: str,
 ) -> Response:
-    """A match of ``LARGE_MATCH`` ids or more, answered in a worker thread in one of the
-    fair places and billed to the caller's match rate by its ids."""
+    """A match of ``LARGE_MATCH`` ids or more, answered in a worker thread in the fair
+    place for work holding the GIL and billed to the caller's match rate by its ids."""
     services.limiter.debit(MATCH, caller.tenant, len(ids) / STEPS_PER_MATCH)
-    async with services.fair.slot(tenant):
+    async with services.fair_python.slot(tenant):
         content = await run_in_threadpool(lambda: orjson.dumps(delivery(table, tenant, ids, key)))
     return Response(content, media_type="application/json")
 
@@ -147,7 +147,7 @@ async def explain_match(
     wildcard took (at most 1,000, lowest ids first; ``matched_total`` counts all), and for
     each named subscriber that did not match, its closest pattern (the one that gets furthest
     into the topic) and the first word where it failed. Explaining is O(tokens x words)
-    per pattern: it runs off the event loop in one of the fair places, within
+    per pattern: it runs off the event loop in the fair place for work holding the GIL, within
     ``TOPICSTORE_EXPLAIN_BUDGET`` steps (422 ``explain_budget_exceeded`` past it: name
     fewer subscribers or explain a shorter topic), and its steps are billed to the match
     rate (1,000 steps as one match)."""
@@ -171,7 +171,8 @@ async def match_batch(
     At most ``max_batch`` topics (10,000) and ``max_batch_matches`` matches in the answer
     (1,000,000): past either, 413. Runs off the event loop in slices of ``BATCH_SLICE``
     topics, so other requests are served meanwhile; each slice waits for a place in
-    ``services.fair``, granted to the waiting tenants in turns. Stops between slices (and
+    ``services.fair`` (``fair_python`` for a tenant with groups, whose slices run Python),
+    granted to the waiting tenants in turns. Stops between slices (and
     between topics into groups) when the client leaves or after
     ``TOPICSTORE_WORK_DEADLINE``."""
     return await batch_answer(services, caller, body, request.receive)
@@ -199,7 +200,7 @@ async def batch_answer(
     most = services.settings.max_batch_matches
     parts: list[bytes] = []
     matched = 0
-    fair = services.fair
+    fair = services.fair_python if table.groups.has_groups(tenant) else services.fair
     async with services.work.watched(receive, "batch") as budget:
         for start in range(0, len(topics), BATCH_SLICE):
             end = start + BATCH_SLICE

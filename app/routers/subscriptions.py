@@ -234,7 +234,7 @@ async def redundant_subscriptions(
     topic of one is a topic of the other), each with a covering one; of equivalent patterns
     the lowest id is kept, so duplicates count once. At most 10,000 patterns
     (``too_many_patterns`` beyond), compared within ``TOPICSTORE_REDUNDANCY_BUDGET`` steps
-    (422 ``redundancy_budget_exceeded`` beyond) in one of the fair places."""
+    (422 ``redundancy_budget_exceeded`` beyond) in the fair place for work holding the GIL."""
     table = services.table()
     target = caller.tenant_for(tenant)
     return await services.work.run(
