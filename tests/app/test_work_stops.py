@@ -19,7 +19,6 @@ tests need it to run.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import threading
@@ -62,12 +61,6 @@ def slow_pattern(i: int) -> str:
     return ".".join(["#.a"] * 61) + f".#.z{i}"
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid``, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def open_request(
     server: Server, method: str, path: str, token: str, body: bytes | None = None
 ) -> socket.socket:
@@ -94,22 +87,21 @@ def answered(sock: socket.socket) -> bytes:
 
 def wait_busy(server: Server, before: float, sock: socket.socket) -> None:
     """Wait until the server spent ``BUSY_CPU_S`` on the request (and has not answered)."""
-    pid = server.process.pid
     deadline = time.monotonic() + 60
-    while cpu_seconds(pid) - before < BUSY_CPU_S:
+    while server.cpu_seconds() - before < BUSY_CPU_S:
         assert time.monotonic() < deadline, "the request never kept the server busy"
         time.sleep(SAMPLE_S)
     assert not answered(sock), "answered before the client could leave: make the work longer"
 
 
-def cpu_after_leaving(pid: int, left: float) -> tuple[float, float]:
+def cpu_after_leaving(server: Server, left: float) -> tuple[float, float]:
     """Sample the CPU time after the client left at ``left`` (monotonic): seconds from the
     disconnect to the last sample at which the process was still at least half busy, and
     the CPU it spent in the ``QUIET_WINDOW_S`` after ``STOPPED_WITHIN_S``."""
     samples: list[tuple[float, float]] = []
     end = left + STOPPED_WITHIN_S + QUIET_WINDOW_S
     while (now := time.monotonic()) < end:
-        samples.append((now - left, cpu_seconds(pid)))
+        samples.append((now - left, server.cpu_seconds()))
         time.sleep(SAMPLE_S)
     busy_until = 0.0
     for k, (t, cpu) in enumerate(samples):
@@ -121,12 +113,11 @@ def cpu_after_leaving(pid: int, left: float) -> tuple[float, float]:
 
 
 def assert_stops_when_the_client_leaves(server: Server, sock: socket.socket) -> None:
-    pid = server.process.pid
-    before = cpu_seconds(pid)
+    before = server.cpu_seconds()
     wait_busy(server, before, sock)
     sock.close()
     left = time.monotonic()
-    busy_until, later = cpu_after_leaving(pid, left)
+    busy_until, later = cpu_after_leaving(server, left)
     assert busy_until <= STOPPED_WITHIN_S, (busy_until, server.tail())
     assert later <= QUIET_CPU_S, (later, server.tail())
 
@@ -223,7 +214,7 @@ def test_sigterm_does_not_wait_on_the_work(tmp_path: Path, client_stays: bool) -
     try:
         method, path, token, body = REQUESTS["overlap search"]
         sock = open_request(server, method, path, token, body)
-        wait_busy(server, cpu_seconds(server.process.pid), sock)
+        wait_busy(server, server.cpu_seconds(), sock)
         if not client_stays:
             sock.close()
             time.sleep(0.2)
@@ -245,7 +236,6 @@ def test_over_budget_requests_answer_their_4xx_having_done_little(tmp_path: Path
     _fill(url)
     budgets = {"explain_budget": "100000", "overlap_budget": "50000", "redundancy_budget": "20000"}
     server = _serve(tmp_path, url, **budgets)
-    pid = server.process.pid
     try:
         with server.client(A_HEADERS) as client:
             cases = [
@@ -258,9 +248,9 @@ def test_over_budget_requests_answer_their_4xx_having_done_little(tmp_path: Path
                 ("/v1/subscriptions", {"overlaps": OVERLAP_QUERY}, "overlap_budget"),
             ]
             for path, params, budget in cases:
-                before = cpu_seconds(pid)
+                before = server.cpu_seconds()
                 response = client.get(path, params=params)
-                spent = cpu_seconds(pid) - before
+                spent = server.cpu_seconds() - before
                 assert response.status_code == 422, response.text
                 error = response.json()["error"]
                 assert error["code"] == f"{budget}_exceeded"
