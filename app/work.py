@@ -61,7 +61,7 @@ BUDGETS: Final = {
     "explain_budget": Rule(
         "explain_budget",
         True,
-        "name fewer subscribers, or explain a shorter topic or a narrower tenant",
+        "name fewer subscribers, or explain a shorter topic",
     ),
     "overlap_budget": Rule(
         "overlap_budget", True, "ask with a pattern of fewer wildcards or a lower limit"
