@@ -46,7 +46,7 @@ OVERLAP_QUERY: Final = ".".join(["#.b"] * 60)
 #: A hash group of tenant globex, and a batch of topics each matching all its members.
 GROUP_MEMBERS: Final = 2_000
 BATCH_TOPICS: Final = 40_000
-EXPORT_ROWS: Final = 150_000
+EXPORT_ROWS: Final = 100_000
 #: CPU seconds the server must have spent on a request before the client leaves it.
 BUSY_CPU_S: Final = 0.3
 #: After the disconnect: by when the CPU must have stopped growing, the window it must stay
