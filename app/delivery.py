@@ -12,6 +12,7 @@ import orjson
 from app._answers import encode_answers
 from loader import RoutingTable
 from matcher import MatcherError, MatchResult
+from matcher.budget import Budget
 from matcher.groups import InvalidGroupError, check_key
 
 
@@ -72,7 +73,8 @@ def batch(
     dialect: str,
     topics: Sequence[str],
     keys: Sequence[str] | None = None,
-    budget: int | None = None,
+    budget: Budget | None = None,
+    max_work: int | None = None,
 ) -> tuple[bytes, int]:
     """The items of a batch answer's ``results`` array as JSON (comma-separated, without
     the brackets, so slices join with a comma), and the work they took: per topic
@@ -80,10 +82,12 @@ def batch(
     ``check_keys`` bounds them first) or, for a topic the dialect refuses, ``{"error":
     {"code", "message"}}``. The work is the ids in the answers plus, for a tenant with
     shared subscriptions, the candidates its groups' choices examined (``max_batch_matches``
-    bounds it); past ``budget`` the topics left are not matched (the caller refuses the
+    bounds it); past ``max_work`` the topics left are not matched (the caller refuses the
     batch). For a tenant without shared subscriptions, one ``RoutingTable.match_ids`` call
     and the JSON written in C from its arrays (``app._answers``: no Python object per topic
-    or id; the same bytes as orjson of the dicts, ``tests/app/test_answers.py``)."""
+    or id; the same bytes as orjson of the dicts, ``tests/app/test_answers.py``). With
+    groups, a topic at a time in Python, ``budget`` checked before each (a stop or its
+    deadline ends the batch between two topics)."""
     if not table.groups.has_groups(tenant):
         counts, ids, errors = table.match_ids(tenant, dialect, topics)
         by_id, far = table.subscriber_names()
@@ -92,7 +96,10 @@ def batch(
     routes = table.routes
     append = results.append
     work = 0
+    check = None if budget is None else budget.check
     for i, topic in enumerate(topics):
+        if check is not None:
+            check()
         try:
             found = routes(tenant, dialect, topic)
         except MatcherError as e:
@@ -101,6 +108,6 @@ def batch(
         answer, cost = _answer(table, tenant, found, topic if keys is None else keys[i])
         append(answer)
         work += cost
-        if budget is not None and work > budget:
+        if max_work is not None and work > max_work:
             break
     return orjson.dumps(results)[1:-1], work

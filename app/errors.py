@@ -19,6 +19,7 @@ from starlette.routing import Match
 from app.refusals import ServiceError
 from app.schemas import ErrorOut
 from matcher import CapacityError, MatcherError, SubscriptionConflictError
+from matcher.budget import CLIENT_GONE, BudgetExceededError, StoppedError
 from store import UNAVAILABLE_ERRORS, DatabaseLockedError, StoreError
 from store.groups import GroupConflictError
 
@@ -33,10 +34,14 @@ _MEANINGS = {
     "(``group_policy_conflict``), or the pattern held in another group "
     "(``subscription_in_other_group``).",
     413: "The body or the batch is over its limit.",
-    422: "The request does not fit the schema.",
+    422: "The request does not fit the schema, or its work is over its budget "
+    "(``explain_budget_exceeded``, ``overlap_budget_exceeded``, ``redundancy_budget_exceeded``: "
+    "the message says how to ask for less).",
     429: "Over the tenant's rate (``rate_limited``): wait ``Retry-After`` seconds, then retry.",
     503: "The routing table is still being built, or the store is not answering "
-    "(``store_unavailable``, with Retry-After): retry later.",
+    "(``store_unavailable``, with Retry-After): retry later. Also a search or batch that "
+    "worked past ``TOPICSTORE_WORK_DEADLINE`` (``deadline_exceeded``), or one the stopping "
+    "server stopped (``shutting_down``).",
 }
 
 
@@ -101,9 +106,17 @@ def envelope(
     )
 
 
+#: A request whose client left: nobody reads the answer (nginx's code for it).
+CLIENT_CLOSED: Final = 499
+
+
 def _status_for(error: MatcherError | StoreError) -> int:
     if isinstance(error, DatabaseLockedError):
         return 503
+    if isinstance(error, BudgetExceededError):
+        return 422
+    if isinstance(error, StoppedError):
+        return CLIENT_CLOSED if error.code == CLIENT_GONE else 503
     if isinstance(error, SubscriptionConflictError | GroupConflictError):
         return 409
     if isinstance(error, CapacityError):
@@ -135,6 +148,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(MatcherError)
     async def _matcher(_: Request, e: MatcherError) -> JSONResponse:
+        if isinstance(e, BudgetExceededError):
+            return envelope(422, e.code, e.message, budget=e.budget, limit=e.limit)
         return envelope(_status_for(e), e.code, e.message)
 
     @app.exception_handler(StoreError)

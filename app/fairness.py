@@ -9,6 +9,12 @@ bounds the threads that compete with the event loop for the GIL (and the cores),
 matches and health probes keep answering whatever the batch load.
 
 Used on the event loop only (one per process): no locking. Cost O(1) per grant.
+
+A process has two sets of places: ``batch_concurrency`` for batch slices matched in C
+without the GIL (they use the cores), and ``PYTHON_PLACES`` for work that runs Python and
+holds the GIL (large single matches, explains, searches, batches into groups): a second
+such thread adds no throughput, only another thread the event loop must wrest the GIL from
+for every request it serves.
 """
 
 from __future__ import annotations
@@ -17,6 +23,12 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Final
+
+#: Places for work that holds the GIL (see the module docstring; with two, one tenant's
+#: flood of matches into a big group raised another tenant's match p50 several times over:
+#: docs/benchmarks.md, ``topicstore bench hostile``).
+PYTHON_PLACES: Final = 1
 
 
 class FairSlots:

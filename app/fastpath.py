@@ -14,7 +14,8 @@ it recognizes by calling what the FastAPI routes call:
   same bearer scheme, the same ``match_caller`` / ``batch_caller``: authentication, and for
   a single match its rate bucket);
 * the answer: ``app.routers.match.match_answer`` / ``batch_answer``, which the routes'
-  endpoints call too.
+  endpoints call too (a batch also gets the request's ``receive``, to stop when its client
+  leaves).
 
 It answers only a request it can answer exactly as the route would: ``Content-Type:
 application/json`` (no parameters) and a body the model accepts. Anything else (another
@@ -56,7 +57,7 @@ class FastRoute:
     route: APIRoute
     model: type[BaseModel]
     caller: Callable[[HTTPConnection, Services], Awaitable[Caller]]
-    answer: Callable[[Services, Caller, Any], Response | Awaitable[Response]]
+    answer: Callable[[Services, Caller, Any, Receive], Response | Awaitable[Response]]
 
 
 def _json_content(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -112,7 +113,7 @@ class MatchFastPath:
             await self.app(scope, _replay(messages, receive), send)
             return
         caller = await fast.caller(Request(scope, receive, send), self.services)
-        response = fast.answer(self.services, caller, body)
+        response = fast.answer(self.services, caller, body, receive)
         if inspect.isawaitable(response):
             response = await response
         await response(scope, receive, send)
@@ -129,7 +130,12 @@ def _route(endpoint: Callable[..., Any]) -> APIRoute:
 def fast_routes() -> dict[str, FastRoute]:
     """The routes the fast path answers, by path."""
     routes = [
-        FastRoute(_route(match.match), MatchIn, request_match_caller, match.match_answer),
+        FastRoute(
+            _route(match.match),
+            MatchIn,
+            request_match_caller,
+            lambda services, caller, body, _: match.match_answer(services, caller, body),
+        ),
         FastRoute(_route(match.match_batch), BatchIn, request_batch_caller, match.batch_answer),
     ]
     return {fast.route.path: fast for fast in routes}

@@ -44,6 +44,9 @@ def create_app(
         try:
             yield
         finally:
+            # The server has waited its grace period for the requests in flight: what
+            # work is left stops at its next step, so no worker thread holds up the exit.
+            services.work.stop_all()
             services.close()
 
     app = FastAPI(

@@ -40,6 +40,7 @@ from app.schemas import (
 )
 from app.settings import Settings
 from matcher import MatcherError
+from matcher.budget import Budget
 from store import (
     AuditEntry,
     AuditRepository,
@@ -280,9 +281,17 @@ class AdminOperations:
             by_dialect = SubscriptionRepository(session).count(tenant)
         return Counts(tenant=tenant, total=sum(by_dialect.values()), by_dialect=by_dialect)
 
-    def export(self, path: Path, caller: Caller, tenant: str | None = None) -> int:
-        """Write the tenant's subscriptions to Parquet at ``path``; returns the row count."""
-        return export_parquet(self.db, path, tenant=caller.tenant_for(tenant))
+    def export(
+        self, path: Path, caller: Caller, tenant: str | None = None, budget: Budget | None = None
+    ) -> int:
+        """Write the tenant's subscriptions to Parquet at ``path``; returns the row count.
+        Stops between two batches once ``budget`` is stopped."""
+        return export_parquet(
+            self.db,
+            path,
+            tenant=caller.tenant_for(tenant),
+            check=None if budget is None else budget.check,
+        )
 
     def audit_page(
         self,

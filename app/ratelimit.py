@@ -1,7 +1,10 @@
 """Per-tenant token buckets for admin requests, match requests and batch topics.
 
 A bucket holds up to ``burst`` tokens and refills at ``per_second``; a request takes its
-cost (1, or a batch's topic count) or is refused with the seconds until it would fit. The
+cost (1, or a batch's topic count) or is refused with the seconds until it would fit. Work
+measured only once done (an explain's steps, a large match's ids) is ``debit``ed: taken
+without refusing, the bucket going down to minus its burst, so the tenant's next requests
+wait until it refills. The
 clock is a parameter (tests drive it by hand, never sleep), and nothing here knows HTTP:
 ``app.dependencies`` charges the buckets, ``app.errors`` renders the refusal as a 429.
 
@@ -63,13 +66,21 @@ class TokenBucket:
         always admits one request: a batch larger than the burst is slowed, not barred)."""
         rate = self.rate
         cost = min(cost, rate.burst)
-        elapsed = max(0.0, now - self.updated)  # a clock that steps back refills nothing
-        self.tokens = min(float(rate.burst), self.tokens + elapsed * rate.per_second)
-        self.updated = now
+        self._refill(now)
         if self.tokens + _SLACK >= cost:
             self.tokens = max(0.0, self.tokens - cost)
             return 0.0
         return (cost - self.tokens) / rate.per_second
+
+    def debit(self, cost: float, now: float) -> None:
+        """Take ``cost`` tokens whatever the bucket holds, down to minus the burst."""
+        self._refill(now)
+        self.tokens = max(-float(self.rate.burst), self.tokens - cost)
+
+    def _refill(self, now: float) -> None:
+        elapsed = max(0.0, now - self.updated)  # a clock that steps back refills nothing
+        self.tokens = min(float(self.rate.burst), self.tokens + elapsed * self.rate.per_second)
+        self.updated = now
 
 
 class RateLimiter:
@@ -112,6 +123,20 @@ class RateLimiter:
                 f"retry in {seconds} s",
                 retry_after=seconds,
             )
+
+    def debit(self, kind: str, tenant: str | None, cost: float) -> None:
+        """Take ``cost`` from the tenant's ``kind`` bucket without refusing anything: work
+        counted after it was done, paid for by the tenant's next requests."""
+        rate = self.rates.get(kind)
+        if rate is None or cost <= 0 or (tenant is None and not self.limit_operator):
+            return
+        key = (kind, OPERATOR_KEY if tenant is None else tenant)
+        with self._lock:
+            now = self.clock()
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = TokenBucket(rate, now)
+            bucket.debit(cost, now)
 
     def refused(self) -> dict[tuple[str, str], int]:
         """Refusals so far per (kind, tenant)."""

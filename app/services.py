@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry
 
 from app import heap
-from app.fairness import FairSlots
+from app.fairness import PYTHON_PLACES, FairSlots
 from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
 from app.settings import Settings
+from app.work import Work
 from loader import Loader, RoutingTable
 from migrations.runner import upgrade
 from store import Database
@@ -29,7 +30,11 @@ class Services:
     loader: Loader
     admin: AdminOperations
     limiter: RateLimiter
+    #: Places for batch slices matched without the GIL, and for work holding it
+    #: (``app.fairness``).
     fair: FairSlots
+    fair_python: FairSlots
+    work: Work
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
@@ -54,7 +59,9 @@ class Services:
         operations = AdminOperations(
             db, settings, room=lambda items: loader.table.check_room(items)
         )
-        return cls(settings, db, loader, operations, limiter, fair)
+        fair_python = FairSlots(PYTHON_PLACES)
+        work = Work(settings, fair_python, limiter)
+        return cls(settings, db, loader, operations, limiter, fair, fair_python, work)
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at

@@ -87,11 +87,21 @@ def keep_pandas_out() -> None:
         sys.meta_path.insert(0, _NoPandas())
 
 
+#: How long a thread may hold the GIL while another waits for it (CPython's default is
+#: 5 ms). Large matches, explains and searches run Python in a worker thread
+#: (``app.work``); every request the event loop serves meanwhile waits for the GIL first,
+#: so one tenant's flood of such work raised another's match p50 (figures under
+#: docs/benchmarks.md, ``topicstore bench hostile``).
+SWITCH_INTERVAL_S: Final = 0.0005
+
+
 def _prepare_process() -> None:
-    """What a serving process sets before it opens the store: no pandas, and large freed
-    blocks handed back to the system (``app.heap``)."""
+    """What a serving process sets before it opens the store: no pandas, large freed
+    blocks handed back to the system (``app.heap``), and short GIL slices
+    (``SWITCH_INTERVAL_S``)."""
     keep_pandas_out()
     heap.fix_mmap_threshold()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def _guard_connections(settings: Settings) -> int:
@@ -150,6 +160,7 @@ def _config(settings: Settings, app: FastAPI | str) -> uvicorn.Config:
         backlog=BACKLOG,
         workers=settings.workers,
         factory=isinstance(app, str),
+        timeout_graceful_shutdown=settings.shutdown_grace,
     )
 
 

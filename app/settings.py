@@ -109,6 +109,36 @@ class Settings(BaseSettings):
         description="Batch-match slices run at once (in worker threads), granted to the "
         "waiting tenants in turns (about the cores to spare).",
     )
+    explain_budget: int = Field(
+        2_000_000,
+        ge=1_000,
+        description="Steps one explain may take (a step: one cell of a pattern's table against "
+        "the topic, about 0.1 µs); past it 422 explain_budget_exceeded.",
+    )
+    overlap_budget: int = Field(
+        300_000,
+        ge=1_000,
+        description="Steps one page of an overlaps/covered_by listing may take (a step: one "
+        "state of a decision, about 1 µs); the page ends early there, with next_after.",
+    )
+    redundancy_budget: int = Field(
+        300_000,
+        ge=1_000,
+        description="Steps one redundancy check may take (a step: one state of a containment "
+        "decision, about 1 µs); past it 422 redundancy_budget_exceeded.",
+    )
+    work_deadline: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds an explain, overlap or redundancy search or a batch match may "
+        "work before it is stopped (503 deadline_exceeded): a backstop behind the budgets.",
+    )
+    shutdown_grace: int = Field(
+        10,
+        ge=0,
+        description="Seconds a stopping server (SIGTERM) lets requests in flight finish "
+        "before it stops their work and exits.",
+    )
     tenant_quota: int = Field(1_000_000, ge=1, description="Most subscriptions per tenant.")
     max_topic_bytes: int = Field(255, ge=1, description="Topic and pattern limit (bytes).")
 

@@ -6,6 +6,8 @@ direct mode (on a table it builds) both call these.
 Bounds (also in docs/explain.md): explain details at most ``MAX_EXPLAINED`` matched subscriptions
 and ``MAX_NAMED`` named subscribers; a redundancy check takes at most
 ``MAX_REDUNDANCY_PATTERNS`` patterns; overlap listings are keyset pages of at most 1,000.
+Each takes a ``Budget`` (``app.work``) whose steps its loops spend, and stops where it runs
+out or is stopped.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from app.schemas import (
 )
 from loader import RoutingTable
 from matcher import DEFAULT_LIMITS, DIALECTS, get_dialect
+from matcher.budget import Budget
 from matcher.explain import Explanation, explain
 from matcher.overlap import Relation, redundant
 
@@ -53,12 +56,17 @@ def _topic_dialect(dialect: str) -> str:
 
 
 def explain_topic(
-    table: RoutingTable, tenant: str, dialect: str, topic: str, subscribers: Sequence[str] = ()
+    table: RoutingTable,
+    tenant: str,
+    dialect: str,
+    topic: str,
+    subscribers: Sequence[str] = (),
+    budget: Budget | None = None,
 ) -> ExplainOut:
     """Which of ``tenant``'s subscriptions match ``topic`` and what each wildcard took; for
     each of ``subscribers`` that none of its subscriptions match, its closest pattern and
     the first word where that failed. Cost: the match, then O(tokens x words) per pattern
-    explained."""
+    explained, spent from ``budget`` (``matcher.explain.explain``)."""
     _topic_dialect(dialect)
     named = list(dict.fromkeys(subscribers))
     if len(named) > MAX_NAMED:
@@ -74,7 +82,7 @@ def explain_topic(
     if grammar.mqtt_dollar_rule:
         words = words[1:]
     for sub_id, entry in table.entries(shown).items():
-        e = explain(entry.pattern, topic, grammar, limits)
+        e = explain(entry.pattern, topic, grammar, limits, budget)
         if not e.matched:  # removed and re-added differently meanwhile: not this match
             continue
         captures = [
@@ -89,7 +97,7 @@ def explain_topic(
     receiving = set(table.subscribers(ids))
     missing = [name for name in named if name not in receiving]
     patterns = table.patterns_of(tenant, dialect, missing) if missing else {}
-    unmatched = [_closest(table, dialect, topic, name, patterns[name]) for name in missing]
+    unmatched = [_closest(table, dialect, topic, name, patterns[name], budget) for name in missing]
     return ExplainOut(
         words=list(words),
         matched_total=len(ids),
@@ -100,7 +108,12 @@ def explain_topic(
 
 
 def _closest(
-    table: RoutingTable, dialect: str, topic: str, name: str, patterns: dict[int, str]
+    table: RoutingTable,
+    dialect: str,
+    topic: str,
+    name: str,
+    patterns: dict[int, str],
+    budget: Budget | None,
 ) -> Unmatched:
     """The subscriber's pattern that gets furthest into the topic: most words matched, then
     the lowest id."""
@@ -108,7 +121,7 @@ def _closest(
     limits = table.limits or DEFAULT_LIMITS
     best: tuple[int, int, str, Explanation] | None = None
     for sub_id in sorted(patterns)[:MAX_TRIED]:
-        e = explain(patterns[sub_id], topic, grammar, limits)
+        e = explain(patterns[sub_id], topic, grammar, limits, budget)
         if e.failure is None:
             continue  # matches now (added after the match was taken)
         if best is None or e.failure.position > best[0]:
@@ -141,11 +154,12 @@ def subscription_page(
     group: str | None = None,
     after: int | None = None,
     limit: int = 100,
+    budget: Budget | None = None,
 ) -> Page:
     """A listing's page, as ``GET /v1/subscriptions`` and ``sub ls`` ask for it: with
-    ``overlaps`` or ``covered_by`` the routing table's search (``related_page``; ``table``
-    is called only then), else the store's plain keyset page. ``label`` is ``KEY=VALUE``
-    (the value compared as text)."""
+    ``overlaps`` or ``covered_by`` the routing table's search (``related_page``, spending
+    ``budget``; ``table`` is called only then), else the store's plain keyset page.
+    ``label`` is ``KEY=VALUE`` (the value compared as text)."""
     filters: dict[str, Any] = {
         "tenant": tenant,
         "subscriber": subscriber,
@@ -160,7 +174,9 @@ def subscription_page(
     if search is None:
         return admin.page(caller, **filters)
     relation, pattern = search
-    return related_page(table(), admin, caller, relation=relation, pattern=pattern, **filters)
+    return related_page(
+        table(), admin, caller, relation=relation, pattern=pattern, budget=budget, **filters
+    )
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -197,15 +213,17 @@ def related_page(
     label: tuple[str, str] | None = None,
     after: int | None = None,
     limit: int = 100,
+    budget: Budget | None = None,
 ) -> Page:
     """A keyset page of the tenant's subscriptions overlapping ``pattern`` or covered by it
     (``dialect``, default amqp): the ids come from the routing table (pruned search, exact
-    decision, at most ``matcher.overlap.MAX_DECISIONS`` per page), the rows from the store.
-    Other filters apply within the page, and a page ends early when its decisions run out,
-    so it may hold fewer than ``limit`` rows: continue while ``next_after`` is not null."""
+    decision, at most ``matcher.overlap.MAX_DECISIONS`` per page and the steps of
+    ``budget``), the rows from the store. Other filters apply within the page, and a page
+    ends early when its decisions or steps run out, so it may hold fewer than ``limit``
+    rows: continue while ``next_after`` is not null."""
     dialect = _topic_dialect(dialect or "amqp")
     tenant = caller.tenant_for(tenant)
-    ids, resume = table.related(tenant, dialect, pattern, relation, after, limit)
+    ids, resume = table.related(tenant, dialect, pattern, relation, after, limit, budget)
     if not ids:
         return Page(items=[], next_after=resume)
     page = admin.page(
@@ -223,10 +241,15 @@ def related_page(
 
 
 def redundant_patterns(
-    table: RoutingTable, tenant: str, subscriber: str, dialect: str
+    table: RoutingTable,
+    tenant: str,
+    subscriber: str,
+    dialect: str,
+    budget: Budget | None = None,
 ) -> RedundantOut:
     """The subscriber's patterns in ``dialect`` that another of its patterns covers (of
-    equivalent ones, all but the lowest id). At most ``MAX_REDUNDANCY_PATTERNS``."""
+    equivalent ones, all but the lowest id). At most ``MAX_REDUNDANCY_PATTERNS``, and the
+    steps of ``budget`` (``matcher.overlap.redundant``)."""
     _topic_dialect(dialect)
     patterns = table.patterns_of(tenant, dialect, [subscriber])[subscriber]
     if len(patterns) > MAX_REDUNDANCY_PATTERNS:
@@ -234,7 +257,7 @@ def redundant_patterns(
             f"{subscriber!r} has {len(patterns)} {dialect} patterns; a redundancy check "
             f"takes at most {MAX_REDUNDANCY_PATTERNS}"
         )
-    covered = redundant(get_dialect(dialect), sorted(patterns.items()), table.limits)
+    covered = redundant(get_dialect(dialect), sorted(patterns.items()), table.limits, budget)
     items = [
         RedundantItem(
             id=sub_id,

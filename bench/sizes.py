@@ -80,6 +80,13 @@ class Sizes:
     # seconds
     write_sizes: tuple[int, ...]
     write_seconds: float
+    # hostile: patterns per subscriber, members of the hash group, topics of the batch into
+    # it, repeats of each request, seconds of single matches idle and flooded
+    hostile_patterns: int
+    hostile_members: int
+    hostile_topics: int
+    hostile_repeats: int
+    hostile_probe_s: float
     # pipeline: Spark local[2] end to end, and the naive cross join on a sample
     pipeline_messages: int
     pipeline_subscriptions: int
@@ -131,6 +138,11 @@ FULL: Final = Sizes(
     removal_held=100_000,
     write_sizes=(10_000, 1_000_000),
     write_seconds=60.0,
+    hostile_patterns=10_000,
+    hostile_members=20_000,
+    hostile_topics=1_000,
+    hostile_repeats=3,
+    hostile_probe_s=2.0,
     pipeline_messages=1_000_000,
     pipeline_subscriptions=10_000,
     pipeline_naive_sample=5_000,
@@ -187,6 +199,11 @@ QUICK: Final = Sizes(
     removal_held=5_000,
     write_sizes=(2_000,),
     write_seconds=2.0,
+    hostile_patterns=200,
+    hostile_members=200,
+    hostile_topics=50,
+    hostile_repeats=1,
+    hostile_probe_s=0.3,
     pipeline_messages=2_000,
     pipeline_subscriptions=100,
     pipeline_naive_sample=100,

@@ -18,6 +18,7 @@ from bench.batch_fanout import run_batch_fanout
 from bench.concurrency import run_concurrency
 from bench.cs_trie_load import run_cs_trie_load
 from bench.group_choice import run_group_choice
+from bench.hostile import run_hostile
 from bench.import_load import run_import_load
 from bench.latency import run_read_latency
 from bench.mass_removal import run_mass_removal
@@ -185,6 +186,17 @@ def _write_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     yield run_write_load(sizes.write_sizes, sizes.seed, seconds=sizes.write_seconds)
 
 
+def _hostile(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's default engines
+    yield run_hostile(
+        sizes.hostile_patterns,
+        sizes.hostile_members,
+        sizes.hostile_topics,
+        sizes.hostile_repeats,
+        sizes.hostile_probe_s,
+    )
+
+
 def _pipeline(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the job's engines are compared inside the table
     from bench.pipeline import run_pipeline_bench  # Spark loads only for this table
@@ -259,6 +271,10 @@ TABLES: Final[dict[str, BenchTable]] = {
     "write_load": BenchTable(
         "durable API writes: 8 clients creating and deleting; match p99 and replica lag",
         _write_load,
+    ),
+    "hostile": BenchTable(
+        "a tenant's costly explains, overlap searches, batches, floods: answer within 1 s?",
+        _hostile,
     ),
     "pipeline": BenchTable(
         "msg/s of the Spark routing job against a naive cross join + rlike", _pipeline

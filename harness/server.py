@@ -78,6 +78,13 @@ class Server:
     def client(self, headers: Mapping[str, str], timeout_s: float = 30.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=dict(headers), timeout=timeout_s)
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the server process has spent, all its threads
+        (``/proc/<pid>/stat``: a measure of its work that the machine's load does not
+        inflate)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def output(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
 

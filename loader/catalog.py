@@ -14,7 +14,7 @@ into a new base (O(n), vectorized), which keeps every operation amortized cheap.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, TypeVar
 
@@ -99,6 +99,10 @@ class Names:
             code = self._codes[name] = len(self.names)
             self.names.append(name)
         return code
+
+    def find(self, name: str) -> int | None:
+        """The code of ``name``, or None when no row ever held it (nothing is added)."""
+        return self._codes.get(name)
 
     def codes(self, names: pa.Array) -> CodeArray:
         """Codes of a whole Arrow string column (a name is looked up once, not per row)."""
@@ -248,6 +252,32 @@ class Catalog(Mapping[int, Entry]):
             strict=True,
         ):
             yield sub_id, Entry(names[t], names[s], names[d], p)
+
+    def patterns_of(
+        self, tenant: str, dialect: str, subscribers: Iterable[str]
+    ) -> dict[str, dict[int, str]]:
+        """For each of ``subscribers``: id -> pattern of its rows in ``tenant`` and
+        ``dialect`` (empty when it has none). O(n) vectorized (three comparisons of code
+        columns), then O(rows found) in Python."""
+        out: dict[str, dict[int, str]] = {name: {} for name in subscribers}
+        folded = self._folded()
+        find = folded.names.find
+        t, d = find(tenant), find(dialect)
+        wanted = [code for name in out if (code := find(name)) is not None]
+        if t is None or d is None or not wanted:
+            return out
+        base, names = folded.base, folded.names.names
+        rows = np.flatnonzero(
+            (base.tenant == t) & (base.dialect == d) & np.isin(base.subscriber, wanted)
+        )
+        for sub_id, s, pattern in zip(
+            base.ids[rows].tolist(),
+            base.subscriber[rows].tolist(),
+            base.patterns.take(pa.array(rows)).to_pylist(),
+            strict=True,
+        ):
+            out[names[s]][sub_id] = pattern
+        return out
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Mapping):

@@ -25,6 +25,7 @@ from loader.groups import Delivery
 from loader.repairing import Repairing
 from loader.shadow import ShadowCheck
 from matcher import EMPTY, BatchIds, Matcher, MatchResult
+from matcher.budget import Budget
 from matcher.overlap import Found, Relation, search
 from store.records import HEADERS_DIALECT
 
@@ -198,16 +199,10 @@ class RoutingTable(Repairing, Building, Applying):
         self, tenant: str, dialect: str, subscribers: Iterable[str]
     ) -> dict[str, dict[int, str]]:
         """For each of ``subscribers``: id -> pattern of its subscriptions in ``dialect``
-        (empty when it has none). One scan of the snapshot, O(catalog), for all of them: no
-        per-subscriber index is kept, as explain and redundancy are rare, operator-driven
-        reads."""
-        out: dict[str, dict[int, str]] = {name: {} for name in subscribers}
-        for sub_id, entry in self._catalog.entries.items():
-            if entry.tenant == tenant and entry.dialect == dialect:
-                mine = out.get(entry.subscriber)
-                if mine is not None:
-                    mine[sub_id] = entry.pattern
-        return out
+        (empty when it has none). One vectorized scan of the snapshot's columns for all of
+        them (``Catalog.patterns_of``): no per-subscriber index is kept, as explain and
+        redundancy are rare, operator-driven reads."""
+        return self._catalog.entries.patterns_of(tenant, dialect, subscribers)
 
     def related(
         self,
@@ -217,13 +212,14 @@ class RoutingTable(Repairing, Building, Applying):
         relation: Relation,
         after: int | None = None,
         limit: int = 100,
+        budget: Budget | None = None,
     ) -> Found:
         """Ids of ``tenant``'s subscriptions in ``dialect``, in id order after ``after``, at
         most ``limit``, whose pattern overlaps ``pattern`` or is covered by it, and where to
         resume (``matcher.overlap.search``: pruned by ``optimized_inverted_bitmap``'s rows when
         that engine is built, which it is by default; the group members a route stands for
-        go by its pattern). Raises the matcher's errors for an
-        invalid pattern, even with no subscription."""
+        go by its pattern). Raises the matcher's errors for an invalid pattern, even with no
+        subscription. ``budget``: the search's (see ``search``)."""
         matchers = self._topic.get((tenant, dialect))
         if matchers is None:
             empty = validator(dialect, self.limits)
@@ -236,4 +232,4 @@ class RoutingTable(Repairing, Building, Applying):
             for member in found.ring.ids
             if member != found.route
         }
-        return search(engine, pattern, relation, after, limit, aliases=aliases)
+        return search(engine, pattern, relation, after, limit, aliases=aliases, budget=budget)

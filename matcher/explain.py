@@ -10,8 +10,9 @@ written and the topic's words as the caller split them (no MQTT marker word).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
+from matcher.budget import Budget
 from matcher.grammar import MANY, ONE, Dialect, Tokens, get_dialect
 from matcher.limits import DEFAULT_LIMITS, Limits
 
@@ -20,6 +21,10 @@ from matcher.limits import DEFAULT_LIMITS, Limits
 #: the pattern; ``system_topic``: MQTT, a filter starting with a wildcard never matches a
 #: topic starting with ``$`` (MQTT 3.1.1 section 4.7.2).
 Reason = Literal["mismatch", "too_long", "too_short", "system_topic"]
+
+#: The fixed work of one explanation (parsing the pattern, splitting the topic) in budget
+#: steps: about what 50 cells of its table cost.
+EXPLAIN_STEPS: Final = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,23 +66,32 @@ class Explanation:
 
 
 def explain(
-    pattern: str, topic: str, dialect: str | Dialect = "amqp", limits: Limits = DEFAULT_LIMITS
+    pattern: str,
+    topic: str,
+    dialect: str | Dialect = "amqp",
+    limits: Limits = DEFAULT_LIMITS,
+    budget: Budget | None = None,
 ) -> Explanation:
     """Explain ``pattern`` against ``topic``. Raises the grammar's errors for invalid input.
 
-    Cost O(tokens x words) time and memory (at most 257 x 257 with the default limits).
+    Cost O(tokens x words) time and memory (at most 257 x 257 with the default limits),
+    charged to ``budget`` as it goes: (tokens + 1) x (words + 1) steps for the table of
+    what can still match, plus ``EXPLAIN_STEPS`` for parsing and splitting, before either
+    is done; a failure's walk then costs a step per live state per word.
     When a ``#`` could take different numbers of words, each ``#`` takes as few as it can,
     the leftmost first.
     """
     grammar = get_dialect(dialect) if isinstance(dialect, str) else dialect
     tokens = grammar.parse_pattern(pattern, limits)
     words = grammar.split_topic(topic, limits)
+    if budget is not None:
+        budget.spend((len(tokens) + 1) * (len(words) + 1) + EXPLAIN_STEPS)
     owners, written = _owners(grammar, pattern, tokens)
     skip = 1 if grammar.mqtt_dollar_rule else 0  # the internal marker word
     shown = tuple(words[skip:])
     later = _can_finish(tokens, words)
     if not later[0][0]:
-        return Explanation(False, shown, (), _failure(tokens, words, skip))
+        return Explanation(False, shown, (), _failure(tokens, words, skip, budget))
     taken: dict[int, list[str]] = {}
     starts: dict[int, int] = {}
     i = j = 0
@@ -146,13 +160,15 @@ def _closure(tokens: Tokens, states: set[int]) -> set[int]:
     return out
 
 
-def _failure(tokens: Tokens, words: list[str], skip: int) -> Failure:
+def _failure(tokens: Tokens, words: list[str], skip: int, budget: Budget | None) -> Failure:
     """Run the pattern's automaton until no state survives; the last position some state
     reached is where the pattern failed."""
     m = len(tokens)
     states = _closure(tokens, {0})
     j = 0
     for word in words:
+        if budget is not None:
+            budget.spend(len(states) + 1)
         following: set[int] = set()
         for i in states:
             if i == m:

@@ -36,6 +36,7 @@ from typing import Final, Literal, NamedTuple
 from pyroaring import BitMap
 
 from matcher.base import Matcher
+from matcher.budget import Budget, BudgetExceededError
 from matcher.errors import MatcherError
 from matcher.grammar import MANY, MQTT_SYSTEM_MARK, ONE, Dialect, Token, Tokens
 from matcher.limits import Limits
@@ -106,9 +107,13 @@ class _Rules:
         return not (self.no_lone_empty and read == 1 and mark == "")
 
 
-def intersects(dialect: Dialect, p: Tokens, q: Tokens) -> bool:
+def intersects(dialect: Dialect, p: Tokens, q: Tokens, budget: Budget | None = None) -> bool:
     """Whether some topic matches both ``p`` and ``q`` (tokens as parsed, any form).
-    O(|p| x |q|): a depth-first search of the product, each state met once."""
+    O(|p| x |q|): a depth-first search of the product, each state met once (``budget``:
+    |p| + |q| steps to start, then one per state taken from the stack)."""
+    spend = None if budget is None else budget.spend
+    if spend is not None:
+        spend(len(p) + len(q))
     rules = _Rules(dialect)
     close_p, close_q = _closures(p), _closures(q)
     end_p, end_q = len(p), len(q)
@@ -118,6 +123,8 @@ def intersects(dialect: Dialect, p: Tokens, q: Tokens) -> bool:
     ]
     while todo:
         state = todo.pop()
+        if spend is not None:
+            spend(1)
         if state in seen:
             continue
         seen.add(state)
@@ -153,12 +160,23 @@ def _closures(tokens: Tokens) -> list[tuple[int, ...]]:
 _State = tuple[int, frozenset[int], int, str | None]
 
 
-def contains(dialect: Dialect, q: Tokens, p: Tokens, max_states: int = MAX_STATES) -> bool:
+def contains(
+    dialect: Dialect,
+    q: Tokens,
+    p: Tokens,
+    max_states: int = MAX_STATES,
+    budget: Budget | None = None,
+) -> bool:
     """Whether ``q`` matches every topic ``p`` matches (L(p) is a subset of L(q)).
 
     Searches for a topic of ``p`` that ``q`` misses, reading only ``p``'s literals and fresh
     words (see the module docstring); ``ContainmentTooComplexError`` past ``max_states``.
+    ``budget``: |p| + |q| steps to start, then per state taken from the stack one step plus
+    one per position of Q it holds (the work of moving them).
     """
+    spend = None if budget is None else budget.spend
+    if spend is not None:
+        spend(len(p) + len(q))
     rules = _Rules(dialect)
     close_p, close_q = _closures(p), _closures(q)
     q_start = frozenset(close_q[0])
@@ -167,6 +185,8 @@ def contains(dialect: Dialect, q: Tokens, p: Tokens, max_states: int = MAX_STATE
     seen: set[_State] = set()
     while todo:
         state = todo.pop()
+        if spend is not None:
+            spend(1 + len(state[1]))
         if state in seen:
             continue
         seen.add(state)
@@ -227,6 +247,7 @@ def search(
     limit: int = 100,
     max_decisions: int = MAX_DECISIONS,
     aliases: Mapping[int, int] | None = None,
+    budget: Budget | None = None,
 ) -> Found:
     """Ids of ``engine``'s subscriptions, in id order after ``after``, at most ``limit``, whose
     pattern shares a topic with ``pattern`` (``overlaps``) or whose every topic ``pattern``
@@ -236,8 +257,12 @@ def search(
 
     An ``optimized_inverted_bitmap`` engine prunes the candidates with its positional rows
     (no index of its own is needed); any other engine offers all its patterns. Each candidate
-    is then decided exactly, in id order, until ``limit`` are found or ``max_decisions`` were
-    made (so one call's work is bounded; ``resume`` says where to go on).
+    is then decided exactly, in id order, until ``limit`` are found, ``max_decisions`` were
+    made or ``budget`` ran out (a step per candidate, and the decisions' own steps), so one
+    call's work is bounded; ``resume`` says where to go on. A candidate whose decision the
+    budget cannot finish is decided again by the call that resumes before it, so only when
+    the very first candidate of a call exhausts the budget does ``BudgetExceededError``
+    reach the caller (no progress is possible without a larger budget).
     """
     grammar, limits = engine.dialect, engine.limits
     query = grammar.parse_pattern(pattern, limits)
@@ -253,6 +278,7 @@ def search(
     else:
         held = (i for i, _ in engine.subscriptions())
         candidates = sorted(i for i in (*held, *aliases) if after is None or i > after)
+    decide = intersects if relation == "overlaps" else _covered
     found: list[int] = []
     decided: dict[int, bool] = {}
     for sub_id in candidates:
@@ -264,11 +290,19 @@ def search(
             text = engine.pattern_of(holder)
             if text is None:
                 continue  # removed meanwhile
-            tokens = grammar.parse_pattern(text, limits)
-            if relation == "overlaps":
-                hit = intersects(grammar, query, tokens)
-            else:
-                hit = contains(grammar, query, tokens)
+            try:
+                if budget is not None:
+                    budget.spend(1 + len(text) // 4)  # parsing it, about one step per word
+                hit = decide(grammar, query, grammar.parse_pattern(text, limits), budget)
+            except BudgetExceededError as e:
+                if decided:
+                    return Found(found, sub_id - 1)
+                assert budget is not None
+                raise BudgetExceededError(
+                    budget,
+                    f"subscription {sub_id} alone needs more: ask with a simpler pattern, or "
+                    f"pass after={sub_id} to go on past it",
+                ) from e
             decided[holder] = hit
         if hit:
             found.append(sub_id)
@@ -277,15 +311,19 @@ def search(
     return Found(found, None)
 
 
-#: Containment decisions ``redundant`` makes before it gives up.
-MAX_REDUNDANCY_DECISIONS: Final = 200_000
+def _covered(dialect: Dialect, query: Tokens, tokens: Tokens, budget: Budget | None) -> bool:
+    return contains(dialect, query, tokens, budget=budget)
+
+
+#: Steps ``redundant`` takes when no budget is given (about a quarter of a second of work).
+REDUNDANCY_STEPS: Final = 300_000
 
 
 def redundant(
     dialect: Dialect,
     items: Iterable[tuple[int, str]],
     limits: Limits | None = None,
-    max_decisions: int = MAX_REDUNDANCY_DECISIONS,
+    budget: Budget | None = None,
 ) -> dict[int, int]:
     """Which of ``items`` (id, pattern; one subscriber's, one dialect) another one covers:
     redundant id -> the id of a covering pattern. Of equivalent patterns (each covers the
@@ -293,31 +331,31 @@ def redundant(
     count as covered by it, so duplicates count once.
 
     The items are indexed in a throwaway ``optimized_inverted_bitmap`` (O(tokens) each), whose
-    pruning leaves, per pattern, only those that can share a topic with it to decide exactly;
-    past ``max_decisions`` it raises ``ContainmentTooComplexError`` (``redundancy_too_complex``)
-    rather than run for minutes on thousands of mutually overlapping patterns.
+    pruning leaves, per pattern, only those that can share a topic with it to decide exactly.
+    ``budget`` (by default ``REDUNDANCY_STEPS``) is charged a step per item indexed, per
+    candidate met and per state of each containment decision; past it
+    ``BudgetExceededError``, rather than run for minutes on thousands of mutually
+    overlapping patterns.
     """
+    if budget is None:
+        budget = Budget("redundancy_budget", REDUNDANCY_STEPS)
+    spend = budget.spend
     engine = OptimizedInvertedBitmapMatcher(dialect.name, limits)
     items = list(items)
+    spend(len(items))
     engine.subscribe_many(items)
     parse = engine.dialect.parse_pattern
     tokens = {sub_id: parse(text, engine.limits) for sub_id, text in items}
     out: dict[int, int] = {}
-    decided = 0
     for sub_id, text in items:
         mine = tokens[sub_id]
         for other in engine.overlap_candidates(text):
+            spend(1)
             if other == sub_id:
                 continue
-            decided += 1
-            if decided > max_decisions:
-                raise ContainmentTooComplexError(
-                    "redundancy_too_complex",
-                    f"finding redundant patterns needed more than {max_decisions} decisions",
-                )
             theirs = tokens[other]
-            if contains(dialect, theirs, mine) and (
-                other < sub_id or not contains(dialect, mine, theirs)
+            if contains(dialect, theirs, mine, budget=budget) and (
+                other < sub_id or not contains(dialect, mine, theirs, budget=budget)
             ):
                 out[sub_id] = other
                 break

@@ -80,18 +80,21 @@ class DirectAdmin:
         self, topic: str, dialect: str, tenant: str | None, subscribers: Sequence[str]
     ) -> Item:
         from app.table_reads import explain_topic
+        from app.work import budget_for
 
         tenant = OPERATOR.tenant_for(tenant)
-        explained = explain_topic(self._table(), tenant, dialect, topic, subscribers)
+        budget = budget_for(self.settings, "explain_budget")
+        explained = explain_topic(self._table(), tenant, dialect, topic, subscribers, budget)
         return explained.model_dump(mode="json")
 
     def redundant(self, subscriber: str, dialect: str, tenant: str | None) -> Item:
         from app.table_reads import redundant_patterns
+        from app.work import budget_for
 
         tenant = OPERATOR.tenant_for(tenant)
-        return redundant_patterns(self._table(), tenant, subscriber, dialect).model_dump(
-            mode="json"
-        )
+        budget = budget_for(self.settings, "redundancy_budget")
+        found = redundant_patterns(self._table(), tenant, subscriber, dialect, budget)
+        return found.model_dump(mode="json")
 
     def export(self, path: Path, tenant: str | None) -> int:
         return self.operations.export(path, self.caller, tenant)

@@ -8,10 +8,11 @@ import tempfile
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.dependencies import AdminCaller, ServicesDep
@@ -29,6 +30,7 @@ from app.schemas import (
     SubscriptionOut,
 )
 from app.table_reads import redundant_patterns, subscription_page
+from matcher.budget import Budget
 from matcher.groups import MAX_GROUP_BYTES
 from store.records import MAX_NAME_BYTES
 
@@ -103,7 +105,8 @@ def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) 
 
 
 @router.get("/subscriptions", response_model=Page, responses=documented(403))
-def list_subscriptions(
+async def list_subscriptions(
+    request: Request,
     caller: AdminCaller,
     services: ServicesDep,
     subscriber: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
@@ -153,22 +156,34 @@ def list_subscriptions(
     """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back).
 
     With ``overlaps`` or ``covered_by`` the ids come from the routing table's pruned search,
-    decided exactly; the other filters then apply within each page, which may so hold fewer
-    than ``limit`` items: continue while ``next_after`` is not null."""
-    return subscription_page(
-        services.table,
-        services.admin,
-        caller,
-        overlaps=overlaps,
-        covered_by=covered_by,
-        label=label,
-        tenant=tenant,
-        subscriber=subscriber,
-        pattern_prefix=pattern_prefix,
-        dialect=dialect,
-        group=group,
-        after=after,
-        limit=limit,
+    decided exactly within ``TOPICSTORE_OVERLAP_BUDGET`` steps per page, in one of the fair
+    places; the other filters then apply within each page, which may so hold fewer than
+    ``limit`` items, or none when the budget ran out first: continue while ``next_after``
+    is not null. 422 ``overlap_budget_exceeded`` when a single subscription needs more than
+    the whole budget (the message names it)."""
+
+    def page(budget: Budget | None) -> Page:
+        return subscription_page(
+            services.table,
+            services.admin,
+            caller,
+            overlaps=overlaps,
+            covered_by=covered_by,
+            label=label,
+            tenant=tenant,
+            subscriber=subscriber,
+            pattern_prefix=pattern_prefix,
+            dialect=dialect,
+            group=group,
+            after=after,
+            limit=limit,
+            budget=budget,
+        )
+
+    if overlaps is None and covered_by is None:
+        return await run_in_threadpool(page, None)
+    return await services.work.run(
+        request.receive, "overlap_budget", caller.tenant_for(tenant), page
     )
 
 
@@ -207,7 +222,8 @@ def delete_subscriber(
     response_model=RedundantOut,
     responses=documented(403),
 )
-def redundant_subscriptions(
+async def redundant_subscriptions(
+    request: Request,
     subscriber: Annotated[str, PathParam(max_length=MAX_NAME_BYTES)],
     caller: AdminCaller,
     services: ServicesDep,
@@ -217,8 +233,16 @@ def redundant_subscriptions(
     """The subscriber's patterns in ``dialect`` that another of its patterns covers (every
     topic of one is a topic of the other), each with a covering one; of equivalent patterns
     the lowest id is kept, so duplicates count once. At most 10,000 patterns
-    (``too_many_patterns`` beyond)."""
-    return redundant_patterns(services.table(), caller.tenant_for(tenant), subscriber, dialect)
+    (``too_many_patterns`` beyond), compared within ``TOPICSTORE_REDUNDANCY_BUDGET`` steps
+    (422 ``redundancy_budget_exceeded`` beyond) in the fair place for work holding the GIL."""
+    table = services.table()
+    target = caller.tenant_for(tenant)
+    return await services.work.run(
+        request.receive,
+        "redundancy_budget",
+        target,
+        lambda budget: redundant_patterns(table, target, subscriber, dialect, budget),
+    )
 
 
 @router.get(
@@ -226,18 +250,21 @@ def redundant_subscriptions(
     response_class=Response,
     responses={200: {"content": {"application/vnd.apache.parquet": {}}}, **documented(403)},
 )
-def export_subscriptions(
+async def export_subscriptions(
+    request: Request,
     caller: AdminCaller,
     services: ServicesDep,
     tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
 ) -> Response:
     """The tenant's subscriptions as Parquet (what ``topicstore route`` reads). Written to
     a temporary file in batches, then streamed from it (the file is removed once sent): at
-    1M subscriptions the whole file never sits in the server's memory."""
+    1M subscriptions the whole file never sits in the server's memory. Writing stops
+    between two batches, and streaming at once, when the client leaves."""
     folder = tempfile.mkdtemp(prefix="topicstore-export-")
     try:
         path = Path(folder) / "subscriptions.parquet"
-        rows = services.admin.export(path, caller, tenant)
+        async with services.work.watched(request.receive, "export") as budget:
+            rows = await run_in_threadpool(services.admin.export, path, caller, tenant, budget)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

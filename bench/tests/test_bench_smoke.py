@@ -19,6 +19,7 @@ from bench.api_load import BATCH, FAN_OUTS, HEALTHZ, MATCH, batch_fan_out_label,
 from bench.baseline import DictTrie, MemoizedDictTrie
 from bench.concurrency import EXCLUDED as CONCURRENCY_EXCLUDED
 from bench.cs_trie_load import LOAD_SUBJECTS
+from bench.hostile import row_labels as hostile_rows
 from bench.report import format_table
 from bench.sizes import QUICK
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
@@ -80,6 +81,7 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     "propagation": ["subscribe A -> B"],
     "mass_removal": ["2 s before the removal", "during the removal"],
     "write_load": ["postgresql", "duckdb"],
+    "hostile": hostile_rows(QUICK.hostile_patterns, QUICK.hostile_topics),
 }
 #: tests/pipeline runs the pipeline table on its own shared Spark session.
 SUITE_TABLES = [name for name in TABLES if name != "pipeline"]
@@ -118,6 +120,7 @@ def test_registry_names_every_table() -> None:
         "propagation",
         "mass_removal",
         "write_load",
+        "hostile",
         "pipeline",
     ]
 

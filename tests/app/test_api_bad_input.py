@@ -5,7 +5,6 @@ seeded subscription still matches after every refusal)."""
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any

@@ -284,3 +284,18 @@ def test_a_batch_answer_past_max_batch_matches_is_refused(make_client: ClientFac
     assert over.status_code == 413, over.text
     error = over.json()["error"]
     assert error["code"] == "batch_answer_too_large" and "max_batch_matches" in error["message"]
+
+
+def test_work_past_its_deadline_is_stopped(make_client: ClientFactory) -> None:
+    """``work_deadline`` stops a batch and an explain with 503 ``deadline_exceeded`` (a
+    microsecond: past before either starts its work); a single match has no deadline."""
+    client = make_client(work_deadline=1e-6)
+    create(client, "s", "late.#")
+    batch = client.post("/v1/match/batch", json={"topics": ["late.x"]}, headers=ADMIN_HEADERS)
+    assert batch.status_code == 503, batch.text
+    error = batch.json()["error"]
+    assert error["code"] == "deadline_exceeded" and "fewer topics" in error["message"]
+    explained = client.get("/v1/match/explain", params={"topic": "late.x"}, headers=ADMIN_HEADERS)
+    assert explained.status_code == 503, explained.text
+    assert explained.json()["error"]["code"] == "deadline_exceeded"
+    assert match_ids(client, "late.x") == [1]

@@ -152,3 +152,25 @@ def test_granted_tokens_never_exceed_the_burst_plus_the_refill(
             limiter.charge(ADMIN, "acme", cost)  # must fit now
         granted += min(cost, burst)
         assert granted <= burst + rate * (clock.now - start) + 1e-6
+
+
+def test_a_debit_never_refuses_and_the_next_requests_pay_for_it() -> None:
+    """Work counted after it was done (an explain's steps) is taken whatever the bucket
+    holds, down to minus the burst; the tenant's next requests wait for the refill."""
+    limiter, clock = _limiter(Rate(10, 20))
+    limiter.debit(ADMIN, "acme", 25)  # 20 - 25 = -5
+    assert not _granted(limiter, ADMIN, "acme")
+    clock.now += 0.5  # +5: back at 0
+    assert not _granted(limiter, ADMIN, "acme")
+    clock.now += 0.1  # +1
+    assert _granted(limiter, ADMIN, "acme")
+    limiter.debit(ADMIN, "acme", 10**9)  # floored at minus the burst: 4 s to a token again
+    clock.now += 2.0
+    assert not _granted(limiter, ADMIN, "acme")
+    clock.now += 2.1
+    assert _granted(limiter, ADMIN, "acme")
+    limiter.debit(ADMIN, "globex", 10**9)
+    assert _granted(limiter, ADMIN, "acme")  # per tenant
+    limiter.debit(ADMIN, None, 10**9)
+    assert _granted(limiter, ADMIN, None)  # the operator is not limited
+    assert limiter.refused() == {(ADMIN, "acme"): 3}

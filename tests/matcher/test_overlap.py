@@ -32,9 +32,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from matcher import create_matcher
+from matcher.budget import Budget, BudgetExceededError
 from matcher.grammar import Tokens, get_dialect, pattern_matches
 from matcher.optimized_inverted_bitmap import OptimizedInvertedBitmapMatcher
-from matcher.overlap import ContainmentTooComplexError, contains, intersects, redundant, search
+from matcher.overlap import (
+    ContainmentTooComplexError,
+    Relation,
+    contains,
+    intersects,
+    redundant,
+    search,
+)
 from tests.matcher.strategies import PATTERNS
 
 _PATTERN_WORDS = {
@@ -191,6 +199,35 @@ def test_search_equals_deciding_every_pattern(case: tuple[str, list[str], str]) 
             assert pages == overlapping
 
 
+@pytest.mark.parametrize("relation", ["overlaps", "covered_by"])
+def test_a_step_budget_ends_a_page_early_and_the_pages_add_up(relation: Relation) -> None:
+    """Pages cut by a small step budget resume where the budget ran out and add up to the
+    unbounded answer; a budget too small for the first candidate alone is refused, naming
+    that subscription (the only case without progress)."""
+    engine = create_matcher("optimized_inverted_bitmap")
+    engine.subscribe_many([(i, f"#.w{i % 5}.#.x{i % 3}") for i in range(60)])
+    query = "#.w1.#.x1.#"
+    whole = search(engine, query, relation, limit=1000)
+    assert whole.resume is None and whole.ids
+    pages: list[int] = []
+    after: int | None = None
+    calls = 0
+    while True:
+        budget = Budget("overlap_budget", 400)
+        page = search(engine, query, relation, after, 1000, budget=budget)
+        calls += 1
+        assert budget.spent <= 400 + 200  # the last decision stops within its own step
+        pages += page.ids
+        if page.resume is None:
+            break
+        assert after is None or page.resume > after
+        after = page.resume
+    assert pages == whole.ids and calls > 2
+    with pytest.raises(BudgetExceededError, match="subscription 0 alone") as refused:
+        search(engine, query, relation, budget=Budget("overlap_budget", 5))
+    assert refused.value.code == "overlap_budget_exceeded"
+
+
 def test_pruning_skips_what_cannot_overlap() -> None:
     """Of 1,000 patterns naming 1,000 different first words, the query names one: the
     positional rows leave that one and the patterns whose words there are wildcards."""
@@ -219,11 +256,20 @@ def test_redundant(dialect: str, patterns: list[str], expected: dict[int, int]) 
 
 
 def test_redundant_bounds_its_work() -> None:
+    """Steps are counted, not time: the same work takes the same steps, and a budget one
+    step short of them refuses it, naming the budget."""
     amqp = get_dialect("amqp")
     items = list(enumerate(f"#.x{i}.#" for i in range(30)))  # all candidates of each other
-    assert redundant(amqp, items) == {}
-    with pytest.raises(ContainmentTooComplexError, match="more than 100 decisions"):
-        redundant(amqp, items, max_decisions=100)
+    enough = Budget("redundancy_budget", 1_000_000)
+    assert redundant(amqp, items, budget=enough) == {}
+    needed = enough.spent
+    assert needed > 30 * 29  # a step per candidate pair at least
+    assert redundant(amqp, items, budget=Budget("redundancy_budget", needed)) == {}
+    short = Budget("redundancy_budget", needed - 1, "split them")
+    with pytest.raises(BudgetExceededError, match="more than") as refused:
+        redundant(amqp, items, budget=short)
+    assert refused.value.code == "redundancy_budget_exceeded"
+    assert "split them" in refused.value.message
 
 
 @settings(max_examples=60, deadline=None)
