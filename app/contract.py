@@ -62,11 +62,27 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+def _dialects(empty_allowed: bool) -> list[str]:
+    """The topic dialects in which the empty topic and the empty pattern are valid (amqp),
+    or those in which they are not."""
+    return [name for name, d in DIALECTS.items() if d.empty_topic_allowed is empty_allowed]
+
+
+def _one_of(names: list[str]) -> str:
+    return " or ".join(names)
+
+
+def _title(names: list[str], model: str) -> str:
+    return "".join(name.title() for name in names) + model
+
+
 def _subscription_in(settings: Settings) -> dict[str, Any]:
     """``SubscriptionIn`` as the service reads it: a topic subscription or a headers one,
-    each with only its own fields."""
+    each with only its own fields; the topic ones split by whether the dialect takes the
+    empty pattern."""
     limits = HeaderLimits()
-    others = [dialect for dialect in DIALECTS if dialect != DEFAULT_DIALECT]
+    lenient, strict = _dialects(True), _dialects(False)
+    assert DEFAULT_DIALECT in lenient  # an omitted dialect may go with an omitted pattern
     # A subscriber name: the controls' rule and the names' (``store.records.validate``).
     names = f"^[^{CONTROL_CHARACTERS}{unseen_characters_class()}]*$"
     name = _text(MAX_NAME_BYTES, names, "name", minLength=1)
@@ -82,21 +98,26 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
         "criteria": {"type": "null"},
         "mode": {"type": "null"},
     }
-    amqp = {
+    empty_pattern = {
         "type": "object",
-        "title": "AmqpSubscriptionIn",
-        "description": f"dialect {DEFAULT_DIALECT} (the default): the empty pattern is valid too.",
+        "title": _title(lenient, "SubscriptionIn"),
+        "description": f"dialect {_one_of(lenient)} ({DEFAULT_DIALECT} is the default): the "
+        "empty pattern is valid too.",
         "additionalProperties": False,
         "required": ["subscriber"],
-        "properties": {**topic_fields, "dialect": _nullable({"const": DEFAULT_DIALECT})},
+        "properties": {**topic_fields, "dialect": _nullable({"enum": lenient})},
     }
-    mqtt_nats = {
+    pattern_required = {
         "type": "object",
-        "title": "MqttNatsSubscriptionIn",
-        "description": "dialect mqtt or nats: a pattern is required (not empty).",
+        "title": _title(strict, "SubscriptionIn"),
+        "description": f"dialect {_one_of(strict)}: a pattern is required (not empty).",
         "additionalProperties": False,
         "required": ["subscriber", "dialect", "pattern"],
-        "properties": {**topic_fields, "dialect": {"enum": others}},
+        "properties": {
+            **topic_fields,
+            "pattern": {**topic_fields["pattern"], "minLength": 1},
+            "dialect": {"enum": strict},
+        },
     }
     headers = {
         "type": "object",
@@ -119,9 +140,44 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
         },
     }
     return {
-        "oneOf": [amqp, mqtt_nats, headers],
+        "oneOf": [empty_pattern, pattern_required, headers],
         "description": "A topic subscription (pattern, dialect) or a headers one (kind "
         "'headers', criteria, mode); a field of the other kind is refused.",
+    }
+
+
+def _match_in(generated: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """``MatchIn`` split by whether the dialect takes the empty topic (amqp's empty routing
+    key is a topic of no words): the rest of each dialect's grammar is in the topic's
+    description."""
+    lenient, strict = _dialects(True), _dialects(False)
+    assert generated["properties"]["dialect"]["default"] in lenient
+    topic = _text(settings.max_topic_bytes, NO_NUL, "topic")
+    base = {k: v for k, v in generated.items() if k not in ("title", "examples")}
+    empty_topic = {
+        **base,
+        "title": _title(lenient, "MatchIn"),
+        "properties": {
+            **base["properties"],
+            "topic": topic,
+            "dialect": {**base["properties"]["dialect"], "enum": lenient},
+        },
+    }
+    topic_required = {
+        **base,
+        "title": _title(strict, "MatchIn"),
+        "required": [*base["required"], "dialect"],
+        "properties": {
+            **base["properties"],
+            "topic": {**topic, "minLength": 1},
+            "dialect": {"type": "string", "enum": strict},
+        },
+    }
+    return {
+        "oneOf": [empty_topic, topic_required],
+        "title": generated["title"],
+        "description": f"The empty topic is valid in {_one_of(lenient)} (the default) only.",
+        "examples": generated.get("examples", []),
     }
 
 
@@ -199,8 +255,6 @@ def state_constraints(document: dict[str, Any], settings: Settings) -> None:
         "anyOf": [{"$ref": "#/components/schemas/SubscriptionIn"}, {}],
         "description": "Each a SubscriptionIn; one that is not gets its own error result.",
     }
-    topic = _text(settings.max_topic_bytes, NO_NUL, "topic")
-    schemas["MatchIn"]["properties"]["topic"] = topic
     for model, field in (("MatchIn", "key"), ("HeadersMatchIn", "key"), ("BatchIn", "keys")):
         declared = schemas[model]["properties"][field]
         key = _text(MAX_KEY_BYTES, NO_NUL)
@@ -209,6 +263,7 @@ def state_constraints(document: dict[str, Any], settings: Settings) -> None:
             "anyOf": [value, {"type": "null"}],
             **_kept(declared),
         }
+    schemas["MatchIn"] = _match_in(schemas["MatchIn"], settings)
     schemas["BatchIn"]["properties"]["topics"]["maxItems"] = batch
     limits = HeaderLimits()
     schemas["HeadersMatchIn"]["properties"]["headers"] = {

@@ -39,6 +39,7 @@ from app.schemas import (
     SubscriptionOut,
 )
 from app.settings import Settings
+from app.times import YEARS
 from matcher import MatcherError
 from matcher.budget import Budget
 from store import (
@@ -56,10 +57,6 @@ from store.groups import GroupPolicies, check_same_group
 _NEW_FIELDS: Final = tuple(NewSubscription.__dataclass_fields__)
 #: How often a writer purges audit rows past their retention (a range delete on an index).
 AUDIT_PURGE_EVERY: Final = timedelta(hours=1)
-#: The instants an audit query may name (timestamps outside fit no row and overflow some
-#: drivers).
-EARLIEST: Final = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST: Final = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def utc_now() -> datetime:
@@ -422,17 +419,17 @@ _SCHEMA_CODES: Final = {"finite_number": "invalid_number"}
 
 
 def _instant(value: datetime | None, name: str) -> datetime | None:
-    """``value`` in UTC (a time without an offset is taken as UTC), or the refusal naming
-    the bound it breaks."""
+    """``value`` in UTC (the command line's time without an offset is taken as UTC), or
+    the refusal naming the bound it breaks (``app.times``: the year as written)."""
     if value is None:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    if not EARLIEST <= value < LATEST:
+    if value.year not in YEARS:
         raise InvalidRequestError(
-            f"{name} must lie between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}",
+            f"{name} must be written in a year from {YEARS.start} to {YEARS.stop - 1}",
             code="time_out_of_range",
         )
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
 
 

@@ -4,7 +4,7 @@ audit`` (who changed what): the commands that read what the store holds."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 import typer
@@ -17,15 +17,17 @@ AUDIT_ACTIONS: Final = ("create", "delete", "bulk_create", "delete_subscriber")
 
 
 def _time(value: str | None, option: str) -> datetime | None:
-    """An ISO 8601 time option (no offset: UTC, as the API reads it)."""
+    """An ISO 8601 time option; without an offset, UTC (the API takes RFC 3339 times, which
+    always carry one)."""
     if value is None:
         return None
     try:
-        return datetime.fromisoformat(value)
+        instant = datetime.fromisoformat(value)
     except ValueError:
         raise UsageError(
             "invalid_time", f"{option} takes an ISO 8601 time, not {value!r}"
         ) from None
+    return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
 
 
 def _ids(ids: Sequence[int], shown: int = 5) -> str:

@@ -1045,12 +1045,20 @@ function holdAudit(seconds) {
   if (seconds > 0) auditPaging.hold = setTimeout(() => { button.disabled = false; }, seconds * 1000);
 }
 
+/** A time as typed in the UTC form ("2026-11-24", "2026-11-24 08:30") as the API's RFC 3339:
+ * the missing parts are midnight, whole seconds and UTC. Anything else goes as typed, for the
+ * API to say what is wrong with it. */
+function rfc3339(text) {
+  const m = /^(\d{4}-\d\d-\d\d)(?:[Tt ](\d\d:\d\d)(:\d\d(?:\.\d+)?)?)?([Zz]|[+-]\d\d:\d\d)?$/.exec(text);
+  return m ? `${m[1]}T${m[2] ?? "00:00"}${m[3] ?? ":00"}${m[4] ?? "Z"}` : text;
+}
+
 async function loadAudit() {
   const form = $("#audit-form");
   const values = Object.fromEntries(new FormData(form));
   const query = {
-    action: values.action, limit: values.limit, order: values.order, from: values.from.trim(),
-    to: values.to.trim(), after: auditPaging.afters[auditPaging.afters.length - 1],
+    action: values.action, limit: values.limit, order: values.order, from: rfc3339(values.from.trim()),
+    to: rfc3339(values.to.trim()), after: auditPaging.afters[auditPaging.afters.length - 1],
   };
   const operator = session.role === "operator";
   if (operator) query.tenant = values.tenant.trim();

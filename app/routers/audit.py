@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -10,6 +9,7 @@ from fastapi import APIRouter, Query
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.schemas import AuditAction, AuditOrder, AuditPage
+from app.times import YEARS, Time
 from store.records import MAX_NAME_BYTES
 
 router = APIRouter(prefix="/v1", tags=["audit"], responses=documented(400, 401, 422, 429, 503))
@@ -27,19 +27,20 @@ def list_audit(
     ] = None,
     action: AuditAction | None = None,
     since: Annotated[
-        datetime | None,
+        Time | None,
         Query(
             alias="from",
-            description="Rows at or after this time (ISO 8601; no offset: UTC). From "
-            "1970-01-01 to before 9999-01-01 UTC, else 422 ``time_out_of_range``.",
+            description="Rows at or after this time: an RFC 3339 date-time with an offset "
+            f"(``Z`` for UTC), written in a year from {YEARS.start} to {YEARS.stop - 1} "
+            "(else 422 ``time_out_of_range``).",
             examples=["2026-11-24T00:00:00Z"],
         ),
     ] = None,
     until: Annotated[
-        datetime | None,
+        Time | None,
         Query(
             alias="to",
-            description="Rows before this time (same form and range as ``from``).",
+            description="Rows before this time (same form and years as ``from``).",
             examples=["2026-11-25T00:00:00Z"],
         ),
     ] = None,
@@ -52,7 +53,7 @@ def list_audit(
     """Admin changes in id order, oldest or newest first (keyset pagination: pass
     ``next_after`` back as ``after`` with the same ``order``). The operator sees every
     tenant's; a tenant token only its own tenant's (another tenant → 403 ``wrong_tenant``).
-    Times outside 1970 to 9999 are refused (``time_out_of_range``)."""
+    A time is a date-time with an offset, never a bare number."""
     return services.admin.audit_page(
         caller,
         tenant=tenant,

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi import Path as PathParam
@@ -57,6 +58,27 @@ class _NameConvertor(Convertor[str]):
 
 register_url_convertor("name", _NameConvertor())
 
+#: The concrete path beside ``/subscriptions/{sub_id}``. OpenAPI matches a concrete path
+#: before a templated one: ``GET /v1/subscriptions/bulk`` asks for a method that path does
+#: not have (405, ``Allow: POST``), not for subscription ``bulk`` (422, not a number).
+_BULK: Final = "bulk"
+
+
+class _SubIdConvertor(Convertor[str]):
+    """A path segment other than the concrete sibling's; the route's ``SubId`` then reads
+    it as an id (422 when it is not one)."""
+
+    regex = f"(?!{re.escape(_BULK)}$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("id", _SubIdConvertor())
+
 
 @router.post(
     "/subscriptions",
@@ -81,7 +103,7 @@ def create_subscription(
 
 
 @router.post(
-    "/subscriptions/bulk",
+    f"/subscriptions/{_BULK}",
     response_model=BulkOut,
     responses={
         207: {"model": BulkOut, "description": "Some items failed: see each result."},
@@ -99,7 +121,7 @@ def create_subscriptions(body: BulkIn, caller: AdminCaller, services: ServicesDe
     )
 
 
-@router.get("/subscriptions/{sub_id}", response_model=SubscriptionOut, responses=documented(404))
+@router.get("/subscriptions/{sub_id:id}", response_model=SubscriptionOut, responses=documented(404))
 def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> SubscriptionOut:
     return services.admin.get(sub_id, caller)
 
@@ -196,7 +218,7 @@ def count_subscriptions(
     return services.admin.count(caller, tenant)
 
 
-@router.delete("/subscriptions/{sub_id}", status_code=204, responses=documented(404))
+@router.delete("/subscriptions/{sub_id:id}", status_code=204, responses=documented(404))
 def delete_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> Response:
     services.admin.remove(sub_id, caller)
     return Response(status_code=204)

@@ -184,7 +184,10 @@ def test_sub_import_waits_out_429s_and_stores_every_item(
         imported = runner.invoke(
             cli, ["sub", "import", str(path), "--batch", "1", "--api", server.url, "--json"]
         )
-        audited = runner.invoke(cli, ["audit", "--api", server.url, "--json"])
+        # Times without an offset are UTC: the command line sends them with one, as the
+        # API takes only RFC 3339 times.
+        window = ["--from", "2000-01-01T00:00:00", "--to", "2999-01-01"]
+        audited = runner.invoke(cli, ["audit", "--api", server.url, "--json", *window])
     finally:
         get_settings.cache_clear()
     assert imported.exit_code == 0, imported.output

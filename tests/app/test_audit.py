@@ -5,8 +5,9 @@ pages and filters them and keeps tenants apart; old rows are purged after the re
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from app.cli import app
 from app.operations import AdminOperations
 from app.schemas import SubscriptionIn
 from app.settings import get_settings
+from app.times import YEARS, digits_between
 from migrations.runner import upgrade
 from store import AuditRepository, Database
 from tests.app.conftest import (
@@ -175,11 +177,25 @@ def test_tenants_see_their_own_rows_and_filters_page_through(client: TestClient)
     since = _audit(client, **{"from": middle})["items"]
     assert [r["id"] for r in before] + [r["id"] for r in since] == [r["id"] for r in rows]
     assert since[0]["id"] == rows[4]["id"]
-    late: dict[str, Any] = {"from": "2999-01-01T00:00:00"}
+    late: dict[str, Any] = {"from": "2999-01-01T00:00:00Z"}
     assert _audit(client, **late)["items"] == []
-    far = client.get("/v1/audit", params={"from": "1900-01-01T00:00:00Z"}, headers=ADMIN_HEADERS)
-    assert far.status_code == 422
-    assert far.json()["error"]["code"] == "time_out_of_range"
+    # The same instant in another offset: the row at ``middle`` and those after it.
+    shifted = datetime.fromisoformat(middle).astimezone(timezone(timedelta(hours=-5)))
+    shifted_since: dict[str, Any] = {"from": shifted.isoformat()}
+    assert _audit(client, **shifted_since)["items"] == since
+    # Only an RFC 3339 date-time with an offset is a time: not a number (seconds since
+    # 1970 to pydantic), a date, a time without an offset or a day that does not exist.
+    for bad in ("0.5", "1700000000", "2026-01-01", "2026-01-01T00:00:00", "2026-02-30T00:00:00Z"):
+        refused = client.get("/v1/audit", params={"to": bad}, headers=ADMIN_HEADERS)
+        assert refused.status_code == 422, bad
+        assert refused.json()["error"]["code"] == "invalid_request", bad
+    # The year as written bounds a time (the offset moves the instant by less than a day).
+    for far in ("1900-01-01T00:00:00Z", "1969-12-31T23:59:59-01:00", "9999-01-01T00:00:00Z"):
+        refused = client.get("/v1/audit", params={"from": far}, headers=ADMIN_HEADERS)
+        assert refused.status_code == 422, far
+        assert refused.json()["error"]["code"] == "time_out_of_range", far
+    edge: dict[str, Any] = {"from": "1970-01-01T00:00:00+01:00", "to": "9998-12-31T23:59:59-23:59"}
+    assert _audit(client, **edge)["items"] == rows
 
 
 def test_a_bad_request_id_is_refused_and_the_given_one_echoed(client: TestClient) -> None:
@@ -318,3 +334,13 @@ def test_a_store_of_an_older_release_is_named_outdated_not_a_traceback(
     assert removed.exit_code == 2, removed.output
     outdated = "error: schema_outdated: the store has no audit_log, tenant_usage table yet"
     assert outdated in removed.output
+
+
+@pytest.mark.parametrize(
+    ("low", "high"), [(YEARS.start, YEARS.stop - 1), (0, 9999), (5, 5), (999, 1000), (123, 4567)]
+)
+def test_the_year_pattern_matches_exactly_its_years(low: int, high: int) -> None:
+    """The document states the audit's years as a regular expression built from ``YEARS``."""
+    pattern = re.compile(f"^{digits_between(low, high, 4)}$")
+    matched = [year for year in range(10_000) if pattern.match(f"{year:04d}")]
+    assert matched == list(range(low, high + 1))
