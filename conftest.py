@@ -109,3 +109,18 @@ def spark() -> Iterator[SparkSession]:
     session = spark_session("local[2]", app_name="topicstore-tests", shuffle_partitions=2)
     yield session
     session.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Name the RabbitMQ the conformance tests compared with (the test records it as the
+    ``rabbitmq`` property; from xdist workers too), so a run says which release it vouches
+    for."""
+    seen = {
+        str(value)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        for name, value in getattr(report, "user_properties", ())
+        if name == "rabbitmq"
+    }
+    for line in sorted(seen):
+        terminalreporter.write_line(f"RabbitMQ conformance: compared with {line}")

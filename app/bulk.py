@@ -36,7 +36,8 @@ def plain(item: JsonValue, caller: Caller, limits: Limits) -> NewSubscription | 
     tenant, all strings of printable ASCII (no tab, no control character, so none of the
     text rules can refuse them; no space in the subscriber, which the names' rule refuses
     and a tenant may hold); names of 1 to 255 bytes, a pattern within the byte and word
-    limits. AMQP takes every word as it is, so such a pattern is valid."""
+    limits and, under ``max_hash_wildcards``, with at most that many ``#`` characters.
+    AMQP takes every word as it is, so such a pattern is valid."""
     if type(item) is not dict or not _PLAIN_FIELDS.issuperset(item):
         return None
     subscriber = item.get("subscriber")
@@ -60,6 +61,9 @@ def plain(item: JsonValue, caller: Caller, limits: Limits) -> NewSubscription | 
         return None
     if pattern and pattern.count(".") >= limits.max_words:
         return None
+    hashes = limits.max_hash_wildcards
+    if hashes is not None and pattern.count("#") > hashes:
+        return None  # perhaps over the limit: whole words count, the full path decides
     return NewSubscription(subscriber, pattern, tenant)
 
 

@@ -47,7 +47,8 @@ RULES: Final = {
     "TOPICSTORE_MAX_TOPIC_BYTES UTF-8 bytes, without NUL (amqp: any, the empty one too; "
     "mqtt: not empty, no + or #; nats: not empty, no empty token, no whitespace)",
     "pattern": "a pattern valid in the subscription's dialect, at most "
-    "TOPICSTORE_MAX_TOPIC_BYTES UTF-8 bytes, no control character but tab",
+    "TOPICSTORE_MAX_TOPIC_BYTES UTF-8 bytes, no control character but tab; with "
+    "TOPICSTORE_MAX_HASH_WILDCARDS set, at most that many # words",
 }
 
 

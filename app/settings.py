@@ -141,6 +141,13 @@ class Settings(BaseSettings):
     )
     tenant_quota: int = Field(1_000_000, ge=1, description="Most subscriptions per tenant.")
     max_topic_bytes: int = Field(255, ge=1, description="Topic and pattern limit (bytes).")
+    max_hash_wildcards: int | None = Field(
+        None,
+        ge=1,
+        description="Most '#' words a new AMQP pattern may hold (None = any number; 2 = "
+        "RabbitMQ 4.3.5's rule for topic bindings). Rows stored before still match and can "
+        "be removed.",
+    )
 
     rate_admin: float = Field(
         50.0, ge=0, description="Admin requests per second per tenant (0 = unlimited)."
@@ -173,7 +180,11 @@ class Settings(BaseSettings):
     def limits(self) -> Limits:
         """The matchers' input bounds, as configured: the one place settings become
         ``Limits`` (the API, the loader and the command line's direct mode all use it)."""
-        return Limits(max_topic_bytes=self.max_topic_bytes, max_pattern_bytes=self.max_topic_bytes)
+        return Limits(
+            max_topic_bytes=self.max_topic_bytes,
+            max_pattern_bytes=self.max_topic_bytes,
+            max_hash_wildcards=self.max_hash_wildcards,
+        )
 
     def rates(self) -> dict[str, Rate | None]:
         """The rate limiter's buckets per kind, as configured (a rate of 0 is no limit)."""

@@ -298,6 +298,26 @@ class Dialect:
             tokens.insert(0, ONE if isinstance(first, str) else MQTT_ORDINARY_MARK)
         return tuple(tokens)
 
+    def check_hash_wildcards(self, text: str, limits: Limits) -> None:
+        """Refuse a new pattern with more multi-word wildcard words than
+        ``limits.max_hash_wildcards`` (None: no limit). RabbitMQ 4.3.5's rule for topic
+        binding keys (``rabbit_exchange_type_topic:validate_binding/2``, ``MAX_HASH_WILDCARDS``),
+        with its message: only whole words count (``a#`` is a literal). O(len(text)).
+
+        A rule for writes, not part of the grammar: the engines never call it, so a stored
+        pattern over the limit still loads, matches and can be removed (as RabbitMQ keeps
+        bindings made before the limit)."""
+        limit = limits.max_hash_wildcards
+        if limit is None or text.count(self.many) <= limit:
+            return
+        count = text.split(self.separator).count(self.many)
+        if count > limit:
+            raise InvalidPatternError(
+                "too_many_hash_wildcards",
+                f"Topic binding key '{text}' uses {count} '{self.many}' wildcards, "
+                f"at most {limit} are allowed",
+            )
+
     def topic_splitter(self, limits: Limits = DEFAULT_LIMITS) -> TopicSplitter:
         """A fast ``split_topic`` for the match hot path.
 

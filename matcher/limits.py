@@ -30,6 +30,13 @@ class Limits:
     #: ``dfa`` only: cached word transitions kept before the same flush (every distinct word
     #: seen in a state is cached, named by a pattern or not).
     max_dfa_transitions: int = 1_000_000
+    #: New subscriptions only: the most multi-word wildcard words (``#``) a pattern may hold
+    #: (None: any number; 2 is RabbitMQ 4.3.5's rule for topic bindings). Checked where a
+    #: subscription is written (``Dialect.check_hash_wildcards``, called by the store's
+    #: validation), never by the engines: they stay polynomial with any number, and rows
+    #: stored before the limit was set must still load, match and be removable. At least 1,
+    #: so MQTT's ``#`` and NATS's ``>`` (one, last) stay valid: only AMQP patterns exceed it.
+    max_hash_wildcards: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -43,6 +50,8 @@ class Limits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Limits.{name} must be at least 1")
+        if self.max_hash_wildcards is not None and self.max_hash_wildcards < 1:
+            raise ValueError("Limits.max_hash_wildcards must be at least 1 (or None)")
 
 
 DEFAULT_LIMITS = Limits()

@@ -269,6 +269,8 @@ def validate(
         dialect = get_dialect(new.dialect)
     except ValueError as e:
         raise InvalidSubscriptionError("invalid_dialect", str(e)) from e
-    dialect.parse_pattern(new.pattern, limits or Limits())  # raises InvalidPatternError
+    limits = limits or Limits()
+    dialect.parse_pattern(new.pattern, limits)  # raises InvalidPatternError
     _no_controls(new.pattern, "pattern")
+    dialect.check_hash_wildcards(new.pattern, limits)  # a write's rule: see Limits
     return replace(new, tenant=tenant, subscriber=subscriber, criteria=None, mode=None)

@@ -8,9 +8,11 @@ and compare. Everything here talks to ``127.0.0.1:5672`` as ``guest``/``guest``.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pika
@@ -88,8 +90,9 @@ def route_with_rabbitmq(
     queue's ``message_count`` (passive declare) is exact; consumers then drain exactly that
     many, and any extra or duplicate delivery raises instead of being counted.
 
-    RabbitMQ 3.10 backtracks exponentially on patterns with many ``#``: keep to two per
-    pattern. ``timeout`` bounds the wait for deliveries.
+    RabbitMQ before 4.3.5 backtracks exponentially on patterns with many ``#`` (4.3.5 refuses
+    more than two): keep to two per pattern, or to short keys. ``timeout`` bounds the wait
+    for deliveries.
     """
     for pattern in patterns:
         _check_key("pattern", pattern)
@@ -150,6 +153,72 @@ def route_with_rabbitmq(
             for k in got:
                 routed[k].add(i)
         return routed
+    finally:
+        _delete_exchange(connection, channel, exchange)
+        with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+            connection.close()
+
+
+@dataclass(frozen=True)
+class Broker:
+    """Who answered: the server properties of the AMQP handshake (``connection.start``)."""
+
+    product: str
+    version: str
+    platform: str
+
+    @property
+    def release(self) -> tuple[int, ...]:
+        """``version``'s leading numbers (``3.10.8`` -> ``(3, 10, 8)``)."""
+        found = re.match(r"\d+(?:\.\d+)*", self.version)
+        return tuple(int(part) for part in found.group().split(".")) if found else ()
+
+    def __str__(self) -> str:
+        return f"{self.product} {self.version} ({self.platform}) at {ADDRESS}"
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def broker() -> Broker:
+    """The broker's product, version and platform, as its handshake states them."""
+    connection = pika.BlockingConnection(_parameters(10.0))
+    try:
+        # BlockingConnection keeps the handshake's properties on the connection it wraps.
+        properties = connection._impl.server_properties or {}
+    finally:
+        with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+            connection.close()
+    return Broker(
+        *(_text(properties.get(name, "?")) for name in ("product", "version", "platform"))
+    )
+
+
+def refused_bindings(patterns: Sequence[str]) -> dict[str, tuple[int, str]]:
+    """The patterns the broker refuses as topic binding keys, each with the reply code and
+    text of the channel it closed; the others are bound and accepted.
+
+    One fresh topic exchange and exclusive queue; each bind is on an open channel (a
+    refusal closes the one it came on, so the next bind gets a new one)."""
+    for pattern in patterns:
+        _check_key("pattern", pattern)
+    exchange = f"topicstore.test.{uuid.uuid4().hex}"
+    connection = pika.BlockingConnection(_parameters(10.0))
+    channel: Any = None
+    refused: dict[str, tuple[int, str]] = {}
+    try:
+        channel = connection.channel()
+        channel.exchange_declare(exchange=exchange, exchange_type="topic")
+        queue = channel.queue_declare(queue="", exclusive=True).method.queue
+        for pattern in patterns:
+            if not channel.is_open:
+                channel = connection.channel()
+            try:
+                channel.queue_bind(queue=queue, exchange=exchange, routing_key=pattern)
+            except pika.exceptions.ChannelClosedByBroker as e:
+                refused[pattern] = (e.reply_code, e.reply_text)
+        return refused
     finally:
         _delete_exchange(connection, channel, exchange)
         with contextlib.suppress(pika.exceptions.AMQPError, OSError):

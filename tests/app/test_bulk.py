@@ -5,7 +5,9 @@ model's JSON."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import JsonValue
@@ -20,21 +22,33 @@ from store import Database, StoreError
 
 LIMITS = Limits(max_topic_bytes=24, max_pattern_bytes=24, max_words=4)
 TEXT = st.text(alphabet=st.sampled_from("ab.*# \t\x01\x7fé\x00\ud800\u00a0\u202e"), max_size=30)
-ITEMS = st.dictionaries(
-    st.sampled_from(["subscriber", "pattern", "dialect", "tenant", "group", "labels"]),
-    st.one_of(TEXT, st.none(), st.integers(), st.sampled_from(["amqp", "mqtt", "nats"])),
+#: Patterns of whole words, so that several '#' words (and '#' inside words) come often.
+WORDS = st.lists(st.sampled_from(["#", "*", "a", "a#", ""]), max_size=5).map(".".join)
+ITEMS = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["subscriber", "pattern", "dialect", "tenant", "group", "labels"]),
+        st.one_of(TEXT, st.none(), st.integers(), st.sampled_from(["amqp", "mqtt", "nats"])),
+    ),
+    # Items shaped like the common case, so that plain's own checks are reached often.
+    st.fixed_dictionaries(
+        {"subscriber": st.one_of(st.just("q"), TEXT), "pattern": st.one_of(WORDS, TEXT)},
+        optional={"dialect": st.sampled_from(["amqp", "mqtt"]), "tenant": st.just("ab")},
+    ),
 )
 CALLERS = st.sampled_from([OPERATOR, Caller("ab")])
 
 
+@pytest.mark.parametrize(
+    "limits", [LIMITS, replace(LIMITS, max_hash_wildcards=1)], ids=["any_hashes", "one_hash"]
+)
 @settings(max_examples=500, deadline=None)
 @given(item=ITEMS, caller=CALLERS)
 def test_plain_accepts_only_what_the_full_path_accepts_unchanged(
-    item: dict[str, JsonValue], caller: Caller
+    limits: Limits, item: dict[str, JsonValue], caller: Caller
 ) -> None:
     operations = AdminOperations.__new__(AdminOperations)
-    operations._limits = LIMITS  # the full path's rules under the same limits
-    quick = plain(item, caller, LIMITS)
+    operations._limits = limits  # the full path's rules under the same limits
+    quick = plain(item, caller, limits)
     try:
         full = operations._new(parse_item(item), caller)
     except (MatcherError, StoreError, ServiceError):

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from matcher import InvalidPatternError, InvalidTopicError, Limits, get_dialect
+from matcher import (
+    ENGINES,
+    InvalidPatternError,
+    InvalidTopicError,
+    Limits,
+    create_matcher,
+    get_dialect,
+)
 from matcher.grammar import (
     AMQP,
     MANY,
@@ -151,6 +158,50 @@ def test_limits_are_configurable_and_exact() -> None:
     assert pinfo.value.code == "too_many_words"
     with pytest.raises(ValueError, match="max_words"):
         Limits(max_words=0)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "count"),
+    [
+        ("#.#.#", 3),
+        ("a.#.b.#.c.#", 3),
+        ("#.#.#.", 3),  # the empty last word is a word, not a '#'
+        ("#.#.#.#", 4),
+        ("#.#", None),
+        ("a#.#.#", None),  # '#' inside a word is a literal: two '#' words
+        ("##.#.#", None),
+        ("", None),
+    ],
+)
+def test_the_hash_wildcard_limit_counts_whole_words(pattern: str, count: int | None) -> None:
+    limits = Limits(max_hash_wildcards=2)
+    if count is None:
+        AMQP.check_hash_wildcards(pattern, limits)
+        return
+    with pytest.raises(InvalidPatternError) as info:
+        AMQP.check_hash_wildcards(pattern, limits)
+    assert info.value.code == "too_many_hash_wildcards"
+    # RabbitMQ 4.3.5's words (rabbit_exchange_type_topic:validate_binding/2).
+    assert info.value.message == (
+        f"Topic binding key '{pattern}' uses {count} '#' wildcards, at most 2 are allowed"
+    )
+
+
+def test_the_hash_wildcard_limit_is_off_by_default_and_never_in_the_engines() -> None:
+    many = ".".join(["#"] * 40)
+    AMQP.check_hash_wildcards(many, Limits())
+    # The engines take any number whatever the limit says: stored rows still load.
+    for engine in ENGINES:
+        matcher = create_matcher(engine, limits=Limits(max_hash_wildcards=1))
+        matcher.subscribe(7, many)
+        matcher.subscribe_many([(8, "a.#.b.#.#")])
+        assert sorted(matcher.match("a.b")) == [7, 8], engine
+        assert matcher.unsubscribe(7) and matcher.unsubscribe(8)
+    # MQTT's and NATS's one multi-word wildcard is within any limit the setting allows.
+    MQTT.check_hash_wildcards("a/#", Limits(max_hash_wildcards=1))
+    NATS.check_hash_wildcards("a.>", Limits(max_hash_wildcards=1))
+    with pytest.raises(ValueError, match="max_hash_wildcards"):
+        Limits(max_hash_wildcards=0)
 
 
 def test_default_limits_accept_every_shortstr_key() -> None:

@@ -2,20 +2,26 @@
 
 ``test_engines_stateful`` only proves the engines agree with ``naive``; this proves ``naive``
 and the rest agree with the broker they imitate: a seeded random corpus routed once through
-RabbitMQ, and a table of edge cases whose expectations the broker confirms.
+RabbitMQ, a table of edge cases whose expectations the broker confirms, and the binding keys
+around RabbitMQ 4.3.5's limit of two ``#`` words (refused alike under the RabbitMQ 4.3
+profile, ``max_hash_wildcards=2``, where the broker has the limit; routed alike where it
+has none). Whichever RabbitMQ answers is named in the run's summary (``conftest.py``).
 """
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import pytest
 
-from matcher import ENGINES, create_matcher
+from matcher import ENGINES, Limits, MatcherError, create_matcher
+from store import NewSubscription, validate
 from tests.conformance import differences
-from tests.rabbitmq import require_broker, route_with_rabbitmq
+from tests.rabbitmq import Broker, broker, refused_bindings, require_broker, route_with_rabbitmq
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -32,7 +38,8 @@ _KEY_WORDS: Final = (*_WORDS, "*", "#")
 _KEY_WEIGHTS: Final = (6, 6, 4, 5, 1, 1)
 _PATTERN_WORDS: Final = (*_WORDS, "*")
 _PATTERN_WEIGHTS: Final = (5, 4, 3, 4, 4)
-# At most two '#': RabbitMQ 3.10 backtracks exponentially on more.
+# At most two '#': RabbitMQ before 4.3.5 backtracks exponentially on more, and 4.3.5
+# refuses more (the limit's own tests are at the end).
 _HASH_COUNTS: Final = (0, 1, 1, 2)
 
 # Always in the corpus, whatever the seed draws: the empty pattern/key and empty-word shapes.
@@ -67,6 +74,7 @@ class Corpus:
     patterns: tuple[str, ...]
     keys: tuple[str, ...]
     routed: tuple[frozenset[int], ...]
+    broker: Broker
 
 
 def _random_pattern(rng: random.Random) -> str:
@@ -111,7 +119,7 @@ def corpus() -> Corpus:
     require_broker()
     patterns, keys = generate_corpus()
     routed = route_with_rabbitmq(patterns, keys)
-    return Corpus(tuple(patterns), tuple(keys), tuple(frozenset(ids) for ids in routed))
+    return Corpus(tuple(patterns), tuple(keys), tuple(frozenset(ids) for ids in routed), broker())
 
 
 def test_corpus_is_not_degenerate(corpus: Corpus) -> None:
@@ -132,7 +140,7 @@ def test_engine_routes_like_rabbitmq(engine: str, corpus: Corpus) -> None:
     differing = differences(engine, "amqp", corpus.patterns, corpus.keys, corpus.routed, "key")
     assert not differing, (
         f"{engine}: {len(differing)} of {len(corpus.keys)} keys routed differently from "
-        f"RabbitMQ (seed {SEED}); first few:\n" + "\n".join(differing[:5])
+        f"{corpus.broker} (seed {SEED}); first few:\n" + "\n".join(differing[:5])
     )
 
 
@@ -227,3 +235,107 @@ def test_edge_case_engine(engine: str, pattern: str, key: str, expected: bool) -
     assert (row in set(together.match(key))) is expected, (
         f"{engine}: {pattern!r} ~ {key!r} among all edge patterns"
     )
+
+
+# -- the limit on '#' words (RabbitMQ 4.3.5) ---------------------------------------------
+
+#: The first release with the limit (``rabbit_exchange_type_topic:validate_binding/2``, in
+#: 4.3.5, later 4.3 releases and the main branch; not in 4.3.0-4.3.4 nor 4.2): what
+#: docs/matching.md says.
+LIMITED_SINCE: Final = (4, 3, 5)
+#: Binding keys around the limit of two: only whole '#' words count.
+HASH_KEYS: Final = (
+    "#.#",
+    "#.a.#",
+    "*.#.*.#",
+    "#.#.#",
+    "a.#.b.#.c.#",
+    "#.#.#.#",
+    "#.*.#.*.#",
+    "a#.#.#",
+    "#a.#.#",
+    "#.#.#a",
+    "#.#.#.",
+    "##.#.#",
+)
+#: Short keys (every shape up to four words of a, b and the empty word), so that a broker
+#: that backtracks on many '#' still routes them at once.
+_HASH_ROUTED_KEYS: Final = tuple(
+    dict.fromkeys(
+        ".".join(words)
+        for size in range(5)
+        for words in itertools.product(("a", "b", ""), repeat=size)
+    )
+)
+RABBITMQ_PROFILE: Final = Limits(max_hash_wildcards=2)
+
+
+@dataclass(frozen=True)
+class HashLimit:
+    """The broker that answered, the keys of ``HASH_KEYS`` it refused (reply code and
+    text), and how it routes ``_HASH_ROUTED_KEYS`` to the others (``patterns``)."""
+
+    broker: Broker
+    refused: dict[str, tuple[int, str]]
+    patterns: tuple[str, ...]
+    routed: tuple[frozenset[int], ...]
+
+
+@pytest.fixture(scope="module")
+def hash_limit() -> HashLimit:
+    require_broker()
+    refused = refused_bindings(HASH_KEYS)
+    patterns = tuple(key for key in HASH_KEYS if key not in refused)
+    routed = route_with_rabbitmq(patterns, _HASH_ROUTED_KEYS)
+    return HashLimit(broker(), refused, patterns, tuple(frozenset(ids) for ids in routed))
+
+
+def _refusal(pattern: str, limits: Limits) -> str | None:
+    """Our validation's message for a new AMQP ``pattern`` under ``limits``, or None."""
+    try:
+        validate(NewSubscription("q", pattern), limits)
+    except MatcherError as e:
+        assert e.code == "too_many_hash_wildcards", e
+        return e.message
+    return None
+
+
+def test_the_hash_limit_is_the_brokers(
+    hash_limit: HashLimit, record_property: Callable[[str, object], None]
+) -> None:
+    """Where the broker refuses keys with three or more '#' words, the RabbitMQ 4.3 profile
+    refuses exactly those, with the broker's own message; where it accepts them all, the
+    default (no limit) does too. Either way the broker's version agrees with the release
+    the docs name."""
+    refused = hash_limit.refused
+    limited = bool(refused)
+    record_property(
+        "rabbitmq",
+        f"{hash_limit.broker}; binding keys with more than two '#' words "
+        + ("refused" if limited else "accepted"),
+    )
+    assert limited is (hash_limit.broker.release >= LIMITED_SINCE), hash_limit.broker
+    if not limited:
+        assert [key for key in HASH_KEYS if _refusal(key, Limits())] == []
+        return
+    ours = {key: _refusal(key, RABBITMQ_PROFILE) for key in HASH_KEYS}
+    assert sorted(refused) == sorted(key for key, message in ours.items() if message)
+    for key, (code, text) in refused.items():
+        assert (code, text) == (406, f"PRECONDITION_FAILED - {ours[key]}")
+
+
+def test_the_profile_refuses_the_keys_over_two() -> None:
+    """The profile's verdicts, written by hand: the test above holds them to the broker
+    where it has the limit."""
+    over = {key for key in HASH_KEYS if _refusal(key, RABBITMQ_PROFILE)}
+    assert over == {"#.#.#", "a.#.b.#.c.#", "#.#.#.#", "#.*.#.*.#", "#.#.#."}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engines_route_many_hashes_like_rabbitmq(engine: str, hash_limit: HashLimit) -> None:
+    """The keys of ``HASH_KEYS`` the broker binds (all of them before 4.3.5), routed by it
+    and by each engine: what a row stored over the limit matches."""
+    differing = differences(
+        engine, "amqp", hash_limit.patterns, _HASH_ROUTED_KEYS, hash_limit.routed, "key"
+    )
+    assert not differing, f"{engine} vs {hash_limit.broker}:\n" + "\n".join(differing[:5])
