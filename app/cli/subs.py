@@ -169,13 +169,23 @@ def sub_redundant(
         (str(r["id"]), r["pattern"], str(r["covered_by"]), r["covered_by_pattern"])
         for r in result["redundant"]
     ]
+    if not result["patterns"]:
+        if as_json:
+            emit(result, as_json, "")
+        else:
+            typer.echo(
+                f"error: not_found: {subscriber!r} has no {dialect} subscriptions "
+                f"(tenant {result['tenant']})",
+                err=True,
+            )
+        raise typer.Exit(REFUSED)
     human = table(header, cells) if cells else f"(none of {result['patterns']} redundant)"
     emit(result, as_json, human)
 
 
 @sub.command("import")
 def sub_import(
-    path: Path,
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     batch: Annotated[
         int, typer.Option(min=1, max=10_000, help="Items per transaction (or request).")
     ] = 10_000,

@@ -254,3 +254,25 @@ def test_export_refuses_a_store_never_migrated_and_writes_nothing(tmp_path: Path
     exported = run_cli(tmp_path, "export", "out.parquet")
     assert exported.returncode == 0, exported.stderr
     assert pq.read_table(tmp_path / "out.parquet").num_rows == 0
+
+
+@pytest.mark.parametrize("target", ["missing.csv", "."])
+def test_import_of_no_file_is_a_usage_error_and_creates_no_store(
+    target: str, tmp_path: Path
+) -> None:
+    done = run_cli(tmp_path, "sub", "import", target)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert ("does not exist" if target != "." else "is a directory") in done.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_redundant_of_a_subscriber_without_patterns_says_so(tmp_path: Path) -> None:
+    assert run_cli(tmp_path, "sub", "add", "someone", "a.b").returncode == 0
+    done = run_cli(tmp_path, "sub", "redundant", "nobody")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: not_found: 'nobody' has no amqp subscriptions (tenant default)"
+    )
+    found = run_cli(tmp_path, "sub", "redundant", "someone")
+    assert (found.returncode, found.stdout.strip()) == (0, "(none of 1 redundant)")
