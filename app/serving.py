@@ -172,6 +172,7 @@ def serve(settings: Settings, *, announce_token: bool) -> None:
         (f"topicstore on {settings.database_url}", False),
         (f"  API:   {url}", False),
         (f"  docs:  {url}/docs", False),
+        (f"  console: {url}/ui", False),
     ]
     if announce_token:
         banner.append((f"  DEVELOPMENT MODE — admin token: {settings.admin_token}", True))

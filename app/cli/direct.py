@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.auth import OPERATOR, Caller, Origin
 from app.cli.protocol import Added, Item
-from app.operations import AdminOperations
+from app.operations import AdminOperations, parse_item
 from app.refusals import NotFoundError
 from app.settings import Settings
 from store import Database
@@ -31,10 +31,11 @@ class DirectAdmin:
         self.operations = AdminOperations(db, settings)
         self.caller = Caller(None, name=f"cli:{_user()}", origin=Origin(uuid.uuid4().hex, "local"))
 
-    def add_many(self, items: Sequence[Item]) -> list[Item]:
-        """A result per item, as ``POST /v1/subscriptions/bulk`` gives them."""
-        stored = self.operations.create_many(items, self.caller)
-        return [result.model_dump(mode="json") for result in stored.out().results]
+    def add(self, item: Item) -> Item:
+        """One subscription, as ``POST /v1/subscriptions`` stores it (audited as
+        ``create``): its fields and ``status`` (created, exists); a refusal raises."""
+        stored, created = self.operations.create(parse_item(item), self.caller)
+        return {"status": "created" if created else "exists", **stored.model_dump(mode="json")}
 
     def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
         """Validates ``items`` now; the call stores them, summed up without a result

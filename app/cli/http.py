@@ -74,11 +74,11 @@ class HttpAdmin:
             )
         return response.json() if response.content else None
 
-    def add_many(self, items: Sequence[Item]) -> list[Item]:
-        results: list[Item] = self._json(
-            self._send("POST", "/v1/subscriptions/bulk", json={"items": list(items)})
-        )["results"]
-        return results
+    def add(self, item: Item) -> Item:
+        given = {name: value for name, value in item.items() if value is not None}
+        response = self._send("POST", "/v1/subscriptions", json=given)
+        stored: Item = self._json(response)
+        return {"status": "created" if response.status_code == 201 else "exists", **stored}
 
     def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
         """Encodes the request now (while the one before is in flight); the call sends it."""

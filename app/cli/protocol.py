@@ -26,7 +26,10 @@ class Added:
 class Admin(Protocol):
     """What the CLI does, whichever way it reaches the store."""
 
-    def add_many(self, items: Sequence[Item]) -> list[Item]: ...
+    def add(self, item: Item) -> Item:
+        """One subscription (``POST /v1/subscriptions``): its fields and ``status``."""
+        ...
+
     def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
         """One batch of an import in two steps: what can be done before the store is
         free (validating, encoding) now; the call stores it."""

@@ -61,13 +61,7 @@ def sub_add(
         "group_policy": policy,
     }
     with store_admin(api, create=True) as admin:
-        (result,) = admin.add_many([item])
-    if result["status"] == "error":
-        if as_json:
-            emit(result, as_json, "")
-        else:
-            typer.echo(f"error: {result['error']['code']}: {result['error']['message']}", err=True)
-        raise typer.Exit(REFUSED)
+        result = admin.add(item)
     emit(result, as_json, f"{result['status']} subscription {result['id']}")
 
 

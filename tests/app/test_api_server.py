@@ -322,6 +322,9 @@ def test_dev_mode_announces_its_token_and_the_cli_goes_through_the_server(
     assert announced, output
     token = announced.group(1)
     assert (tmp_path / "data" / "dev-admin-token").read_text().strip() == token
+    for where in ("/docs", "/ui"):  # the banner names the pages a newcomer opens
+        assert f"{server.url}{where}" in output
+        assert httpx.get(server.url + where).status_code == 200
     assert httpx.get(server.url + "/v1/subscriptions").status_code == 401
     with server.client({"Authorization": f"Bearer {token}"}) as http_client:
         assert http_client.get("/v1/subscriptions").status_code == 200

@@ -276,3 +276,14 @@ def test_redundant_of_a_subscriber_without_patterns_says_so(tmp_path: Path) -> N
     )
     found = run_cli(tmp_path, "sub", "redundant", "someone")
     assert (found.returncode, found.stdout.strip()) == (0, "(none of 1 redundant)")
+
+
+def test_a_single_add_is_audited_as_a_create(tmp_path: Path) -> None:
+    """As ``POST /v1/subscriptions`` is; an import is the bulk create."""
+    assert run_cli(tmp_path, "sub", "add", "someone", "a.b").returncode == 0
+    again = run_cli(tmp_path, "sub", "add", "someone", "a.b")
+    assert (again.returncode, again.stdout.strip()) == (0, "exists subscription 1")
+    refused = run_cli(tmp_path, "sub", "add", "someone", "a/#/b", "--dialect", "mqtt")
+    assert_one_error(refused, "invalid_wildcard", 1)
+    audit = run_cli(tmp_path, "audit", "--json")
+    assert [entry["action"] for entry in json.loads(audit.stdout)] == ["create"]
