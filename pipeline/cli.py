@@ -219,7 +219,7 @@ def analytics(
 
             write_chart(result, chart)
     except PipelineError as e:
-        typer.echo(f"error ({e.code}): {e.message}", err=True)
+        typer.echo(f"error: {e.code}: {e.message}", err=True)  # as every command reports
         raise typer.Exit(2) from e
     if as_json:
         typer.echo(json.dumps(result.records(), indent=2))

@@ -129,12 +129,21 @@ def match_topic(
         )
 
 
+def _where(failure: dict[str, Any]) -> str:
+    """Where a closest pattern fails, counting topic words from 1."""
+    if failure["reason"] == "too_short":
+        return "after the topic's last word"
+    return f"at topic word {failure['position'] + 1}"
+
+
 def _explained(result: dict[str, Any]) -> str:
     """An explanation for people: one line per matched subscription, then the misses."""
     lines = []
     for m in result["matched"]:
-        took = ", ".join(
-            f"{c['wildcard']}@{c['token']}={'.'.join(c['words']) or '(nothing)'}"
+        # Word numbers count from 1, as people count them (the JSON's indexes from 0).
+        took = "; ".join(
+            f"{c['wildcard']} (pattern word {c['token'] + 1}) took "
+            f"{'.'.join(c['words']) or 'no words'}"
             for c in m["captures"]
         )
         lines.append(f"{m['id']}  {m['subscriber']}  {m['pattern']}  {took or '(exact)'}")
@@ -149,6 +158,6 @@ def _explained(result: dict[str, Any]) -> str:
         expected = ",".join(failure["expected"]) or "-"
         lines.append(
             f"{u['subscriber']}: no match; closest {closest['id']} {closest['pattern']} fails "
-            f"at word {failure['position']} ({failure['reason']}, expected {expected})"
+            f"{_where(failure)} ({failure['reason']}, expected {expected})"
         )
     return "\n".join(lines) if lines else "(no match)"

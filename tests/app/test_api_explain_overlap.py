@@ -286,8 +286,9 @@ def test_cli_direct_and_over_http_agree(
     assert [r["pattern"] for r in covered] == ["stock.*.msft", "stock.nasdaq.msft"]
     assert [r["pattern"] for r in redundant["redundant"]] == ["stock.*.msft", "stock.nasdaq.msft"]
     human = _cli(["match", "stock.nyse.ibm", "--explain", "--subscriber", "q3"], env, monkeypatch)
-    assert "stock.# " in human and "#@1=nyse.ibm" in human
-    assert "q3: no match; closest" in human and "#.msft fails at word 3 (too_short" in human
+    assert "stock.# " in human and "# (pattern word 2) took nyse.ibm" in human
+    assert "q3: no match; closest" in human
+    assert "#.msft fails after the topic's last word (too_short" in human
 
     server = serve(**settings_for(store_url))
     server.wait_until("/readyz", 200)

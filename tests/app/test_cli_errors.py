@@ -287,3 +287,9 @@ def test_a_single_add_is_audited_as_a_create(tmp_path: Path) -> None:
     assert_one_error(refused, "invalid_wildcard", 1)
     audit = run_cli(tmp_path, "audit", "--json")
     assert [entry["action"] for entry in json.loads(audit.stdout)] == ["create"]
+
+
+def test_analytics_reports_its_errors_as_every_command_does(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "analytics", "subscribers", "--deliveries", "nowhere")
+    assert_one_error(done, "no_deliveries", 2)
+    assert done.stderr.startswith("error: no_deliveries: ")
