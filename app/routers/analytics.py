@@ -3,26 +3,20 @@ own database file is never opened). Operator only: the tables hold every tenant'
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
-from pydantic import BaseModel
 
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.refusals import NotConfiguredError, NotFoundError, OperatorOnlyError, ServiceError
 from pipeline.analytics import BUCKETS, QUERIES, run_query
 from pipeline.errors import MissingDeliveriesError, MissingSubscriptionsError, PipelineError
+from topicstore.models import AnalyticsBucket, AnalyticsOut
 
 router = APIRouter(prefix="/v1", tags=["analytics"])
-
-
-class AnalyticsOut(BaseModel):
-    query: str
-    columns: list[str]
-    rows: list[dict[str, Any]]
 
 
 @router.get(
@@ -35,7 +29,7 @@ def analytics(
     caller: AdminCaller,
     services: ServicesDep,
     limit: Annotated[int | None, Query(ge=1, le=10_000, description="Rows of a ranking.")] = None,
-    bucket: Annotated[Literal["minute", "hour", "day"], Query()] = "hour",
+    bucket: Annotated[AnalyticsBucket, Query()] = "hour",
 ) -> Response:
     """Deliveries per subscriber or tenant, fan-out, hot topics, the unmatched rate over
     time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a route output)."""
