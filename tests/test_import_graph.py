@@ -299,3 +299,40 @@ def test_the_checker_sees_every_spelling(source: str, found: bool, tmp_path: Pat
     module.write_text(source)
     assert _imports_private_engine(module) is found
 
+
+#: What an application importing the client must not load: the service, its store, the
+#: engines, Spark and the web framework.
+NOT_FOR_THE_CLIENT = (
+    "app",
+    "store",
+    "loader",
+    "matcher",
+    "pipeline",
+    "migrations",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "sqlalchemy",
+    "pyspark",
+    "pandas",
+    "duckdb",
+)
+_CLIENT_PROBE = """
+import json, sys
+import topicstore.client, topicstore.models
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+def test_the_client_loads_neither_the_service_nor_spark_nor_the_engines(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _CLIENT_PROBE],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded = set(json.loads(done.stdout))
+    assert {"topicstore", "httpx", "pydantic"} <= loaded  # the probe did import the client
+    assert loaded.isdisjoint(NOT_FOR_THE_CLIENT), sorted(loaded & set(NOT_FOR_THE_CLIENT))
