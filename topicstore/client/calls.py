@@ -331,12 +331,9 @@ def refusal(response: httpx.Response, retry: Retry, attempt: int) -> float:
     wait = retry.wait(status, asked, attempt)
     if wait is None:
         raise error_for(status, response.content, response.headers, asked)
-    log.info("%s %s refused with %s: sending it again in %g s", *_what(response), status, wait)
+    sent = response.request
+    log.info("%s %s refused with %s: sent again in %g s", sent.method, sent.url.path, status, wait)
     return wait
-
-
-def _what(response: httpx.Response) -> tuple[str, str]:
-    return response.request.method, response.request.url.path
 
 
 def headers(token: str | None, extra: Mapping[str, str] | None) -> dict[str, str]:
