@@ -20,10 +20,10 @@ from pydantic import JsonValue
 
 from app.auth import Caller
 from app.refusals import ServiceError
-from app.schemas import BulkItem, BulkOut, ErrorBody
 from matcher import Limits
 from store import NewSubscription
 from store.records import MAX_NAME_BYTES
+from topicstore.models import BulkItem, BulkOut, ErrorBody
 
 Status = Literal["created", "exists", "error"]
 #: The fields a plain item may carry (the others need the full path).

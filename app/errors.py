@@ -17,11 +17,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app.refusals import ServiceError
-from app.schemas import ErrorOut
 from matcher import CapacityError, MatcherError, SubscriptionConflictError
 from matcher.budget import CLIENT_GONE, BudgetExceededError, StoppedError
 from store import UNAVAILABLE_ERRORS, DatabaseLockedError, StoreError
 from store.groups import GroupConflictError
+from topicstore.models import ErrorOut
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.auth import Caller
 from app.dependencies import request_batch_caller, request_match_caller
 from app.routers import match
-from app.schemas import BatchIn, MatchIn
 from app.services import Services
+from topicstore.models import BatchIn, MatchIn
 
 _JSON: Final = b"application/json"
 

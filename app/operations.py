@@ -28,16 +28,6 @@ from app.refusals import (
     QuotaExceededError,
     ServiceError,
 )
-from app.schemas import (
-    AuditOrder,
-    AuditOut,
-    AuditPage,
-    Counts,
-    Deleted,
-    Page,
-    SubscriptionIn,
-    SubscriptionOut,
-)
 from app.settings import Settings
 from app.times import YEARS
 from matcher import MatcherError
@@ -47,12 +37,23 @@ from store import (
     AuditRepository,
     Database,
     NewSubscription,
+    StoredSubscription,
     StoreError,
     SubscriptionRepository,
     validate,
 )
 from store.export import export_parquet
 from store.groups import GroupPolicies, check_same_group
+from topicstore.models import (
+    AuditOrder,
+    AuditOut,
+    AuditPage,
+    Counts,
+    Deleted,
+    Page,
+    SubscriptionIn,
+    SubscriptionOut,
+)
 
 _NEW_FIELDS: Final = tuple(NewSubscription.__dataclass_fields__)
 #: How often a writer purges audit rows past their retention (a range delete on an index).
@@ -61,6 +62,19 @@ AUDIT_PURGE_EVERY: Final = timedelta(hours=1)
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def subscription_out(row: StoredSubscription) -> SubscriptionOut:
+    """The row as the API shows it (field by field, so a new column is one field of the
+    model)."""
+    values = {name: getattr(row, name) for name in SubscriptionOut.model_fields}
+    if row.criteria is not None:
+        values["criteria"] = dict(row.criteria)
+    return SubscriptionOut(**values)
+
+
+def audit_out(entry: AuditEntry) -> AuditOut:
+    return AuditOut(**{name: getattr(entry, name) for name in AuditOut.model_fields})
 
 
 class AdminOperations:
@@ -98,7 +112,7 @@ class AdminOperations:
             existing = repo.find(resolved)
             if existing is not None:
                 check_same_group(resolved, existing.group)
-                return lambda: (SubscriptionOut.of(existing), False)
+                return lambda: (subscription_out(existing), False)
             # Only a new row counts: a repeated write still answers at the quota.
             self._check_quota(repo, {resolved.tenant: 1})
             self._check_room([resolved])
@@ -106,7 +120,7 @@ class AdminOperations:
             def write() -> tuple[SubscriptionOut, bool]:
                 row = repo.insert(resolved)
                 self._audit(session, caller, "create", {row.tenant: [row.id]})
-                return SubscriptionOut.of(row), True
+                return subscription_out(row), True
 
             return write
 
@@ -239,7 +253,7 @@ class AdminOperations:
             row = SubscriptionRepository(session).get(sub_id, tenant=caller.tenant)
         if row is None:
             raise NotFoundError(f"no subscription {sub_id}")
-        return SubscriptionOut.of(row)
+        return subscription_out(row)
 
     def page(
         self,
@@ -270,7 +284,7 @@ class AdminOperations:
                 label=label,
             )
         next_after = rows[-1].id if len(rows) == limit else None
-        return Page(items=[SubscriptionOut.of(row) for row in rows], next_after=next_after)
+        return Page(items=[subscription_out(row) for row in rows], next_after=next_after)
 
     def count(self, caller: Caller, tenant: str | None = None) -> Counts:
         tenant = caller.tenant_for(tenant)
@@ -317,7 +331,7 @@ class AdminOperations:
                 newest_first=order == "desc",
             )
         next_after = rows[-1].id if len(rows) == limit else None
-        return AuditPage(items=[AuditOut.of(row) for row in rows], next_after=next_after)
+        return AuditPage(items=[audit_out(row) for row in rows], next_after=next_after)
 
     # -- audit --------------------------------------------------------------------------
 

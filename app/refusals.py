@@ -84,14 +84,6 @@ class NotReadyError(ServiceError):
     code = "not_ready"
 
 
-class RemoteError(ServiceError):
-    """What a running service refused, as its API reported it (the CLI's HTTP mode)."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message, code=code)
-        self.remote_status = status
-
-
 class RateLimitedError(ServiceError):
     """Over a tenant's rate; ``retry_after`` (seconds) becomes the Retry-After header."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Final
 
 from prometheus_client import CollectorRegistry
 
@@ -21,6 +22,10 @@ from migrations.runner import upgrade
 from store import Database
 
 log = logging.getLogger(__name__)
+
+#: Seconds a request made while the routing table builds is asked to wait (Retry-After):
+#: a build takes about two seconds at a million subscriptions.
+BUILDING_RETRY_AFTER_S: Final = 1
 
 
 @dataclass
@@ -88,5 +93,7 @@ class Services:
     def table(self) -> RoutingTable:
         """The routing table, or 503 while it is being built."""
         if not self.loader.ready.is_set():
-            raise NotReadyError("the routing table is still being built")
+            raise NotReadyError(
+                "the routing table is still being built", retry_after=BUILDING_RETRY_AFTER_S
+            )
         return self.loader.table

@@ -18,7 +18,12 @@ from typing import Any, Final
 from app.auth import Caller
 from app.operations import AdminOperations
 from app.refusals import InvalidDialectError, InvalidRequestError, TooManyPatternsError
-from app.schemas import (
+from loader import RoutingTable
+from matcher import DEFAULT_LIMITS, DIALECTS, get_dialect
+from matcher.budget import Budget
+from matcher.explain import Explanation, explain
+from matcher.overlap import Relation, redundant
+from topicstore.models import (
     CaptureOut,
     Closest,
     ExplainedMatch,
@@ -29,11 +34,6 @@ from app.schemas import (
     RedundantOut,
     Unmatched,
 )
-from loader import RoutingTable
-from matcher import DEFAULT_LIMITS, DIALECTS, get_dialect
-from matcher.budget import Budget
-from matcher.explain import Explanation, explain
-from matcher.overlap import Relation, redundant
 
 #: Matched subscriptions explained per request (lowest ids first; the total is reported).
 MAX_EXPLAINED: Final = 1_000

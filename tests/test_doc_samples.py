@@ -6,7 +6,10 @@
 * ``sh`` blocks are checked, not run: each ``topicstore`` / ``topicstore-bench`` command line
   names a command and options that exist, each ``curl`` a route of the API, each
   ``python -m`` a module of the project, each ``make`` a target of the Makefile;
-* a block right after a ``<!-- doc-test: skip ... -->`` comment is left out.
+* a block right after a ``<!-- doc-test: skip ... -->`` comment is left out;
+* a page with a ``<!-- doc-test: serve ... -->`` comment runs its Python blocks against a
+  real service, as ``make run`` starts it (``topicstore serve --dev`` in the scratch
+  directory, its token in ``data/dev-admin-token``), whose address is ``url``.
 
 The settings table of docs/operations.md is also held to ``app.settings.Settings``, and the
 README's links into the docs to the files and headings they name (``mkdocs build --strict``,
@@ -33,14 +36,16 @@ import typer
 
 from app.cli import app as cli_app
 from app.main import create_app
-from app.refusals import RemoteError, ServiceError
+from app.refusals import ServiceError
 from app.settings import Settings
+from harness.server import running_server
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 README: Final = ROOT / "README.md"
 DOCS: Final = ROOT / "docs"
 PAGES: Final = [README, *sorted(DOCS.rglob("*.md"))]
 SKIP: Final = "<!-- doc-test: skip"
+SERVE: Final = "<!-- doc-test: serve"
 FENCE: Final = re.compile(r"^(\s*)```(\w*)\s*$")
 
 
@@ -123,6 +128,17 @@ PYTHON_PAGES: Final = [
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=_id)
 def test_python_samples_run(page: Path, scratch: Path) -> None:
     namespace: dict[str, Any] = {"__name__": "__doc_sample__"}
+    if SERVE not in page.read_text(encoding="utf-8"):
+        run_samples(page, namespace)
+        return
+    with running_server(scratch, {"dev": "true"}) as server:
+        server.wait_until("/readyz", 200)
+        namespace["url"] = server.url
+        run_samples(page, namespace)
+
+
+def run_samples(page: Path, namespace: dict[str, Any]) -> None:
+    """The page's Python blocks in order, in ``namespace``."""
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     for block in blocks(page):
         if block.lang == "python":
@@ -367,8 +383,8 @@ def _kinds(kind: type[ServiceError]) -> Iterator[type[ServiceError]]:
 def test_api_page_lists_every_refusal_under_its_status() -> None:
     text = (DOCS / "api.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| (\d{3}) \|(.*)$", text, flags=re.MULTILINE))
-    kinds = [kind for kind in _kinds(ServiceError) if kind is not RemoteError]
-    assert len(kinds) > 10  # RemoteError relays another service's refusal, any code
+    kinds = list(_kinds(ServiceError))
+    assert len(kinds) > 10
     for kind in kinds:
         row = rows.get(str(kind.status), "")
         assert kind.code in row, f"docs/api.md: {kind.code} is not listed under {kind.status}"

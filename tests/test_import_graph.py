@@ -1,11 +1,14 @@
 """The packages import one way: matcher <- store <- loader <- app; migrations use store;
-pipeline uses matcher and store; harness (what tests and bench share) may use them all but
-pipeline; nothing outside bench imports it (but the CLI's bench command, when it runs): the
-bench suite's own tests live inside it (bench/tests), and neither the tests nor the root
-conftest.py (which both test trees load) import it; no package, nor that conftest, imports
-the tests. Within a package, no module-level circle. Every import counts, the ones inside
-functions too: a lazy import hides a cycle, it does not remove it. And the command line
-stays light: ``--help`` and ``sub ls`` load neither Spark, matplotlib nor FastAPI."""
+pipeline uses matcher and store; topicstore (the API's models and the Python client)
+imports nothing of ours, and app uses it; harness (what tests and bench share) may use them
+all but pipeline; nothing outside bench imports it (but the CLI's bench command, when it
+runs): the bench suite's own tests live inside it (bench/tests), and neither the tests nor
+the root conftest.py (which both test trees load) import it; no package, nor that
+conftest, imports the tests. Within a package, no module-level circle. Every import counts,
+the ones inside functions too: a lazy import hides a cycle, it does not remove it. And what
+should stay light does: the command line's ``--help`` and ``sub ls`` load neither Spark,
+matplotlib nor FastAPI; ``import topicstore.client`` loads none of them, nor the engines,
+the store or the service."""
 
 from __future__ import annotations
 
@@ -20,17 +23,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("matcher", "store", "migrations", "loader", "app", "pipeline", "bench", "harness")
+PACKAGES = (
+    "matcher",
+    "store",
+    "migrations",
+    "loader",
+    "app",
+    "pipeline",
+    "bench",
+    "harness",
+    "topicstore",
+)
 #: What each package may import of ours (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "matcher": set(),
+    "topicstore": set(),
     "store": {"matcher"},
     "migrations": {"store", "matcher"},
     "loader": {"store", "matcher"},
     "pipeline": {"store", "matcher"},
-    "app": {"loader", "store", "matcher", "migrations", "pipeline"},
-    "harness": {"app", "loader", "store", "matcher", "migrations"},
-    "bench": {"harness", "app", "loader", "store", "matcher", "migrations", "pipeline"},
+    "app": {"loader", "store", "matcher", "migrations", "pipeline", "topicstore"},
+    "harness": {"app", "loader", "store", "matcher", "migrations", "topicstore"},
+    "bench": {
+        "harness",
+        "app",
+        "loader",
+        "store",
+        "matcher",
+        "migrations",
+        "pipeline",
+        "topicstore",
+    },
 }
 #: The one module outside bench that may import it: the CLI's ``bench`` command, lazily.
 BENCH_IMPORTERS = {"app/cli/__init__.py"}
@@ -275,3 +298,41 @@ def test_the_checker_sees_every_spelling(source: str, found: bool, tmp_path: Pat
     module = tmp_path / "m.py"
     module.write_text(source)
     assert _imports_private_engine(module) is found
+
+
+#: What an application importing the client must not load: the service, its store, the
+#: engines, Spark and the web framework.
+NOT_FOR_THE_CLIENT = (
+    "app",
+    "store",
+    "loader",
+    "matcher",
+    "pipeline",
+    "migrations",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "sqlalchemy",
+    "pyspark",
+    "pandas",
+    "duckdb",
+)
+_CLIENT_PROBE = """
+import json, sys
+import topicstore.client, topicstore.models
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+def test_the_client_loads_neither_the_service_nor_spark_nor_the_engines(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _CLIENT_PROBE],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded = set(json.loads(done.stdout))
+    assert {"topicstore", "httpx", "pydantic"} <= loaded  # the probe did import the client
+    assert loaded.isdisjoint(NOT_FOR_THE_CLIENT), sorted(loaded & set(NOT_FOR_THE_CLIENT))

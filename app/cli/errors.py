@@ -8,8 +8,9 @@ Exit statuses (docs/cli.md lists them too):
 * 2: usage or configuration (click's usage errors, a setting, a store never migrated);
 * 3: the store or the service is unavailable (DuckDB file held, connection refused).
 
-The error types are imported only when an error is being reported, so a command that
-succeeds never loads SQLAlchemy or httpx for this.
+The error types are imported only when an error is being reported, and those of a library
+only when the command loaded it, so a command that succeeds never loads SQLAlchemy or
+httpx for this.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def report_for(error: BaseException) -> Report | None:
     from pydantic import ValidationError
 
     from app.auth import ConfigurationError
-    from app.refusals import RemoteError, ServiceError
+    from app.refusals import ServiceError
     from matcher import MatcherError
 
     if isinstance(error, UsageError):
@@ -74,10 +75,13 @@ def report_for(error: BaseException) -> Report | None:
         return Report("invalid_setting", _settings_message(error), USAGE)
     if isinstance(error, ConfigurationError):
         return Report(error.code, str(error), USAGE)
-    if isinstance(error, RemoteError):
-        hint = _TOKEN_HINT if error.remote_status == 401 else None
-        status = UNAVAILABLE if error.remote_status == 503 else REFUSED
-        return Report(error.code, error.message, status, hint)
+    if "topicstore.client" in sys.modules:  # the HTTP mode's client: a running service
+        from topicstore.client import ApiError
+
+        if isinstance(error, ApiError):
+            hint = _TOKEN_HINT if error.status == 401 else None
+            status = UNAVAILABLE if error.status == 503 else REFUSED
+            return Report(error.code, error.message, status, hint)
     if isinstance(error, ServiceError | MatcherError):
         return Report(error.code, error.message, REFUSED)
     return _io_report(error)

@@ -3,18 +3,18 @@ own database file is never opened). Operator only: the tables hold every tenant'
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 import orjson
 from fastapi import APIRouter, Query, Response
 from fastapi import Path as PathParam
-from pydantic import BaseModel
 
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.refusals import NotConfiguredError, NotFoundError, OperatorOnlyError, ServiceError
 from pipeline.analytics import BUCKETS, QUERIES, run_query
 from pipeline.errors import MissingDeliveriesError, MissingSubscriptionsError, PipelineError
+from topicstore.models import AnalyticsOut
 
 router = APIRouter(prefix="/v1", tags=["analytics"])
 
@@ -22,12 +22,6 @@ if TYPE_CHECKING:  # a Literal built at run time is a plain str to the type chec
     Bucket: TypeAlias = str
 else:
     Bucket = Literal[BUCKETS]
-
-
-class AnalyticsOut(BaseModel):
-    query: str
-    columns: list[str]
-    rows: list[dict[str, Any]]
 
 
 @router.get(

@@ -22,7 +22,13 @@ from app.dependencies import BatchCaller, MatchCaller, ServicesDep
 from app.errors import documented
 from app.ratelimit import BATCH_TOPICS, MATCH
 from app.refusals import BatchAnswerTooLargeError, BatchTooLargeError, InvalidRequestError
-from app.schemas import (
+from app.services import Services
+from app.table_reads import MAX_NAMED, explain_topic
+from app.work import STEPS_PER_MATCH
+from loader import RoutingTable
+from matcher import MatchResult
+from store.records import MAX_NAME_BYTES
+from topicstore.models import (
     BatchIn,
     BatchOut,
     Dialect,
@@ -31,12 +37,6 @@ from app.schemas import (
     MatchIn,
     MatchOut,
 )
-from app.services import Services
-from app.table_reads import MAX_NAMED, explain_topic
-from app.work import STEPS_PER_MATCH
-from loader import RoutingTable
-from matcher import MatchResult
-from store.records import MAX_NAME_BYTES
 
 #: Topics matched per slice of a batch. A slice runs in a worker thread and costs a few ms
 #: (1,000 topics at 1-20 µs each); between slices, and at every GIL switch within one, the

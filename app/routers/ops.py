@@ -19,11 +19,11 @@ from prometheus_client.registry import Collector
 from app.auth import Caller
 from app.dependencies import AdminCaller, OptionalCaller, ServicesDep
 from app.errors import documented
-from app.schemas import CallerOut, Health, Readiness, SnapshotOut
 from app.services import Services
 from loader import RoutingTable
 from loader.readiness import probe
 from store.records import MAX_NAME_BYTES
+from topicstore.models import CallerOut, Health, Readiness, SnapshotOut
 
 router = APIRouter(tags=["operations"])
 

@@ -18,7 +18,11 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
-from app.schemas import (
+from app.table_reads import redundant_patterns, subscription_page
+from matcher.budget import Budget
+from matcher.groups import MAX_GROUP_BYTES
+from store.records import MAX_NAME_BYTES
+from topicstore.models import (
     BulkIn,
     BulkOut,
     Counts,
@@ -30,10 +34,6 @@ from app.schemas import (
     SubscriptionIn,
     SubscriptionOut,
 )
-from app.table_reads import redundant_patterns, subscription_page
-from matcher.budget import Budget
-from matcher.groups import MAX_GROUP_BYTES
-from store.records import MAX_NAME_BYTES
 
 router = APIRouter(
     prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 429, 503)

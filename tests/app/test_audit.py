@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from app.auth import Caller, Origin, token_name
 from app.cli import app
 from app.operations import AdminOperations
-from app.schemas import SubscriptionIn
 from app.settings import get_settings
 from app.times import YEARS, digits_between
 from migrations.runner import upgrade
@@ -33,6 +32,7 @@ from tests.app.conftest import (
     create,
     make_settings,
 )
+from topicstore.models import SubscriptionIn
 
 
 def _audit(client: TestClient, headers: Mapping[str, str] = ADMIN_HEADERS, **params: Any) -> Any:

@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 from app.auth import OPERATOR
 from app.operations import AdminOperations
 from app.refusals import QuotaExceededError
-from app.schemas import SubscriptionIn
 from app.settings import Settings
 from matcher import InvalidPatternError
 from store import Database, SubscriptionRepository
+from topicstore.models import SubscriptionIn
 
 
 def test_a_group_keeps_each_callers_outcome(database: Database) -> None:

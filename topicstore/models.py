@@ -1,26 +1,23 @@
-"""Request and response bodies (the OpenAPI schema is generated from these)."""
+"""The API's request and response bodies: the service's OpenAPI document is generated from
+these, and the Python client (``topicstore.client``) reads and sends them. Only pydantic
+here: an application imports them without the service, its store or the engines."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonValue
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from matcher import DIALECTS
-from store import AuditEntry, StoredSubscription
-from store.records import HEADERS_DIALECT, Mode
-
-if TYPE_CHECKING:  # a Literal built at run time is a plain str to the type checker
-    Dialect: TypeAlias = str
-    StoredDialect: TypeAlias = str
-else:
-    #: A topic dialect, as the matcher's grammar names them (the schema's enum).
-    Dialect = Literal[tuple(DIALECTS)]
-    #: What a subscription's ``dialect`` holds: a topic dialect, or ``headers``.
-    StoredDialect = Literal[(*DIALECTS, HEADERS_DIALECT)]
+#: A topic dialect, as the matcher's grammar names them (``matcher.DIALECTS``: a test holds
+#: the two equal; the grammar itself stays with the engines).
+Dialect = Literal["amqp", "mqtt", "nats"]
+#: What a subscription's ``dialect`` holds: a topic dialect, or ``headers``.
+StoredDialect = Literal["amqp", "mqtt", "nats", "headers"]
+#: How a headers subscription's criteria combine (``store.records.Mode``).
+Mode = Literal["all", "any"]
 
 
 class SubscriptionIn(BaseModel):
@@ -89,14 +86,6 @@ class SubscriptionOut(BaseModel):
     group: str | None = None
     group_policy: str | None = None
     created_at: datetime
-
-    @classmethod
-    def of(cls, row: StoredSubscription) -> SubscriptionOut:
-        """The row as the API shows it (field by field, so a new column is one field here)."""
-        values = {name: getattr(row, name) for name in cls.model_fields}
-        if row.criteria is not None:
-            values["criteria"] = dict(row.criteria)
-        return cls(**values)
 
 
 class _DocumentedAsSubscriptionIn:
@@ -395,6 +384,18 @@ class SnapshotOut(BaseModel):
     subscriptions: list[SnapshotEntry]
 
 
+#: How ``GET /v1/analytics/timeline`` buckets time (``pipeline.analytics.BUCKETS``).
+AnalyticsBucket = Literal["minute", "hour", "day"]
+
+
+class AnalyticsOut(BaseModel):
+    """``GET /v1/analytics/{query}``: the query's columns and its rows, one object each."""
+
+    query: str
+    columns: list[str]
+    rows: list[dict[str, Any]]
+
+
 class Health(BaseModel):
     status: str
     worker: int = Field(description="Process id of the worker that answered.")
@@ -406,7 +407,9 @@ class Readiness(BaseModel):
 
     ready: bool
     seq: int = Field(description="The newest change applied here.")
-    lag: int | None = Field(description="Committed changes not applied yet (null: unknown).")
+    lag: int | None = Field(
+        None, description="Committed changes not applied yet (absent or null: unknown)."
+    )
     lag_seconds: float | None = Field(
         None, description="Age of the oldest change not applied yet (0 when none)."
     )
@@ -463,10 +466,6 @@ class AuditOut(BaseModel):
         description="X-Request-ID of the request (the command line on the store: one per command)."
     )
     address: str = Field(description="The client's address (``local``: not over HTTP).")
-
-    @classmethod
-    def of(cls, entry: AuditEntry) -> AuditOut:
-        return cls(**{name: getattr(entry, name) for name in cls.model_fields})
 
 
 class AuditPage(BaseModel):
