@@ -77,6 +77,11 @@ class Sizes:
     # seconds
     write_sizes: tuple[int, ...]
     write_seconds: float
+    # storm: stored subscriptions (PostgreSQL and DuckDB), re-creates of them per storm,
+    # and the seconds the match prober runs alone first
+    storm_sizes: tuple[int, ...]
+    storm_recreates: int
+    storm_quiet_s: float
     # pipeline: Spark local[2] end to end, and the naive cross join on a sample
     pipeline_messages: int
     pipeline_subscriptions: int
@@ -128,6 +133,9 @@ FULL: Final = Sizes(
     removal_held=100_000,
     write_sizes=(10_000, 1_000_000),
     write_seconds=60.0,
+    storm_sizes=(1_000_000,),
+    storm_recreates=50_000,
+    storm_quiet_s=5.0,
     pipeline_messages=1_000_000,
     pipeline_subscriptions=10_000,
     pipeline_naive_sample=5_000,
@@ -182,6 +190,9 @@ QUICK: Final = Sizes(
     removal_held=5_000,
     write_sizes=(2_000,),
     write_seconds=2.0,
+    storm_sizes=(2_000,),
+    storm_recreates=400,
+    storm_quiet_s=1.0,
     pipeline_messages=2_000,
     pipeline_subscriptions=100,
     pipeline_naive_sample=100,

@@ -21,6 +21,7 @@ from bench.concurrency import EXCLUDED as CONCURRENCY_EXCLUDED
 from bench.cs_trie_load import LOAD_SUBJECTS
 from bench.report import format_table
 from bench.sizes import QUICK
+from bench.storm import PHASES as STORM_PHASES
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.suite import run
 from bench.tables import TABLES
@@ -75,6 +76,9 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     "propagation": ["subscribe A -> B"],
     "mass_removal": ["2 s before the removal", "during the removal"],
     "write_load": ["postgresql", "duckdb"],
+    "storm": [
+        f"{backend}, {phase}" for backend in ("postgresql", "duckdb") for phase in STORM_PHASES
+    ],
 }
 #: tests/pipeline runs the pipeline table on its own shared Spark session.
 SUITE_TABLES = [name for name in TABLES if name != "pipeline"]
@@ -112,6 +116,7 @@ def test_registry_names_every_table() -> None:
         "propagation",
         "mass_removal",
         "write_load",
+        "storm",
         "pipeline",
     ]
 
