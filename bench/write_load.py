@@ -191,8 +191,9 @@ def run_write_load(
             *ready_columns,
         ],
         notes=[
-            "writes: POST /v1/subscriptions then DELETE of it, each client on one keep-alive "
-            "connection in a process of its own; p50/p99 per write (create or delete).",
+            "writes: POST /v1/subscriptions then DELETE of it, each client as one of the "
+            "stored subscribers (q0, q1, ...) on one keep-alive connection in a process of its "
+            "own; p50/p99 per write (create or delete).",
             f"match: POST /v1/match at {PROBE_RATE:.0f}/s from another process, "
             f"{min(QUIET_S, seconds):.0f} s before the churn (quiet) and during it (churn).",
             "lag (PostgreSQL, two replicas): 201 on replica A -> a match on replica B "
