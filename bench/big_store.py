@@ -30,9 +30,14 @@ _RECOUNT: Final = (
 )
 
 
-def _columns(count: int, seed: int) -> pa.Table:
+def stored_pairs(count: int, seed: int) -> list[tuple[str, str]]:
+    """The ``(subscriber, pattern)`` of the store's rows, in id order."""
     # A few pairs repeat (the unique key would refuse them): draw a little more, keep firsts.
-    pairs = list(dict.fromkeys(market_subscriptions(count + count // 50 + 100, seed)))[:count]
+    return list(dict.fromkeys(market_subscriptions(count + count // 50 + 100, seed)))[:count]
+
+
+def _columns(count: int, seed: int) -> pa.Table:
+    pairs = stored_pairs(count, seed)
     return pa.table(
         {
             "id": pa.array(range(1, count + 1), pa.int64()),
@@ -101,3 +106,13 @@ def big_duckdb(path: Path, count: int = BIG_COUNT, seed: int = 0) -> str:
     finally:
         conn.close()
     return url
+
+
+def big_store_url(
+    backend: str, count: int, seed: int, directory: Path, admin_url: str = DEFAULT_ADMIN_URL
+) -> str:
+    """A store of ``count`` rows on ``backend`` (``postgresql``: the shared database made
+    once; ``duckdb``: a file in ``directory``)."""
+    if backend == "postgresql":
+        return big_postgres(count, seed, admin_url)
+    return big_duckdb(directory / f"big-{count}.duckdb", count, seed)

@@ -87,6 +87,11 @@ class Sizes:
     hostile_topics: int
     hostile_repeats: int
     hostile_probe_s: float
+    # storm: stored subscriptions (PostgreSQL and DuckDB), re-creates of them per storm,
+    # and the seconds the match prober runs alone first
+    storm_sizes: tuple[int, ...]
+    storm_recreates: int
+    storm_quiet_s: float
     # pipeline: Spark local[2] end to end, and the naive cross join on a sample
     pipeline_messages: int
     pipeline_subscriptions: int
@@ -143,6 +148,9 @@ FULL: Final = Sizes(
     hostile_topics=1_000,
     hostile_repeats=3,
     hostile_probe_s=2.0,
+    storm_sizes=(1_000_000,),
+    storm_recreates=50_000,
+    storm_quiet_s=5.0,
     pipeline_messages=1_000_000,
     pipeline_subscriptions=10_000,
     pipeline_naive_sample=5_000,
@@ -204,6 +212,9 @@ QUICK: Final = Sizes(
     hostile_topics=50,
     hostile_repeats=1,
     hostile_probe_s=0.3,
+    storm_sizes=(2_000,),
+    storm_recreates=400,
+    storm_quiet_s=1.0,
     pipeline_messages=2_000,
     pipeline_subscriptions=100,
     pipeline_naive_sample=100,

@@ -31,6 +31,7 @@ from bench.sizes import Sizes
 from bench.slow_clients import run_slow_clients
 from bench.startup import run_startup
 from bench.store_load import run_store_load
+from bench.storm import run_storm
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.throughput import run_throughput
 from bench.write_load import run_write_load
@@ -197,6 +198,13 @@ def _hostile(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     )
 
 
+def _storm(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the service's default engines
+    yield run_storm(
+        sizes.storm_sizes, sizes.storm_recreates, sizes.seed, quiet_s=sizes.storm_quiet_s
+    )
+
+
 def _pipeline(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the job's engines are compared inside the table
     from bench.pipeline import run_pipeline_bench  # Spark loads only for this table
@@ -275,6 +283,10 @@ TABLES: Final[dict[str, BenchTable]] = {
     "hostile": BenchTable(
         "a tenant's costly explains, overlap searches, batches, floods: answer within 1 s?",
         _hostile,
+    ),
+    "storm": BenchTable(
+        "a reconnect storm: 50,000 re-creates of stored subscriptions, single and bulk",
+        _storm,
     ),
     "pipeline": BenchTable(
         "msg/s of the Spark routing job against a naive cross join + rlike", _pipeline

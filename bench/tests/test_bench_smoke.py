@@ -22,6 +22,7 @@ from bench.cs_trie_load import LOAD_SUBJECTS
 from bench.hostile import row_labels as hostile_rows
 from bench.report import format_table
 from bench.sizes import QUICK
+from bench.storm import PHASES as STORM_PHASES
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.suite import run
 from bench.tables import TABLES
@@ -82,6 +83,9 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     "mass_removal": ["2 s before the removal", "during the removal"],
     "write_load": ["postgresql", "duckdb"],
     "hostile": hostile_rows(QUICK.hostile_patterns, QUICK.hostile_topics),
+    "storm": [
+        f"{backend}, {phase}" for backend in ("postgresql", "duckdb") for phase in STORM_PHASES
+    ],
 }
 #: tests/pipeline runs the pipeline table on its own shared Spark session.
 SUITE_TABLES = [name for name in TABLES if name != "pipeline"]
@@ -121,6 +125,7 @@ def test_registry_names_every_table() -> None:
         "mass_removal",
         "write_load",
         "hostile",
+        "storm",
         "pipeline",
     ]
 
