@@ -305,7 +305,7 @@ def test_the_command_line_writes_and_lists_rows_on_the_store(
         get_settings.cache_clear()
     rows = json.loads(listed.output)
     assert [(r["action"], r["tenant"], r["ids"]) for r in rows] == [
-        ("bulk_create", "acme", [1]),
+        ("create", "acme", [1]),  # one subscription: as POST /v1/subscriptions audits it
         ("delete", "acme", [1]),
     ]
     for row in rows:
@@ -315,7 +315,7 @@ def test_the_command_line_writes_and_lists_rows_on_the_store(
         assert len(row["request_id"]) == 32
     assert rows[0]["request_id"] != rows[1]["request_id"]  # one per command
     assert json.loads(newest.output) == rows[-1:]
-    assert human.exit_code == 0 and "delete" in human.output and "bulk_create" not in human.output
+    assert human.exit_code == 0 and "delete" in human.output and "create" not in human.output
     assert bad.exit_code == 2 and "invalid_action" in bad.output
     assert bad_time.exit_code == 2 and "invalid_time" in bad_time.output
 

@@ -64,7 +64,7 @@ def test_direct_cli_refuses_over_quota_and_over_the_configured_length(
 ) -> None:
     long = _cli(["sub", "add", "q", "a" * 13, "--json"], store_url, monkeypatch)
     assert long.exit_code == 1, long.output
-    assert '"code": "pattern_too_long"' in long.output
+    assert "error: pattern_too_long: pattern is 13 UTF-8 bytes" in long.output
 
     lines = "".join(f"q,p.{i}\n" for i in range(QUOTA + 1))
     over = _cli(["sub", "import", str(_write(tmp_path / "s.csv", lines))], store_url, monkeypatch)
