@@ -110,10 +110,7 @@ class RateLimiter:
         key = (kind, OPERATOR_KEY if tenant is None else tenant)
         with self._lock:
             now = self.clock()
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                bucket = self._buckets[key] = TokenBucket(rate, now)
-            wait = bucket.take(cost, now)
+            wait = self._bucket(key, rate, now).take(cost, now)
             if wait:
                 self._refused[key] = self._refused.get(key, 0) + 1
         if wait:
@@ -133,10 +130,14 @@ class RateLimiter:
         key = (kind, OPERATOR_KEY if tenant is None else tenant)
         with self._lock:
             now = self.clock()
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                bucket = self._buckets[key] = TokenBucket(rate, now)
-            bucket.debit(cost, now)
+            self._bucket(key, rate, now).debit(cost, now)
+
+    def _bucket(self, key: tuple[str, str], rate: Rate, now: float) -> TokenBucket:
+        """The bucket of (kind, tenant), made full at its first use (under ``_lock``)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket(rate, now)
+        return bucket
 
     def refused(self) -> dict[tuple[str, str], int]:
         """Refusals so far per (kind, tenant)."""
