@@ -83,4 +83,9 @@ def create_app(
     app.add_middleware(Metrics, registry=services.registry)
     app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestId)  # outermost: even an edge refusal carries the id
+    if settings.tracing_on():
+        # Only now: with tracing off, OpenTelemetry is neither imported nor in the stack.
+        from app import tracing
+
+        services.tracing = tracing.install(app, services.db.engine, settings)
     return app

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry
 
@@ -20,6 +20,9 @@ from app.work import Work
 from loader import Loader, RoutingTable
 from migrations.runner import upgrade
 from store import Database
+
+if TYPE_CHECKING:
+    from app.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,9 @@ class Services:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
+    #: Set by ``app.tracing`` when tracing is on (``Settings.tracing_on``), else None: the
+    #: routes put their spans through it only then.
+    tracing: Tracing | None = field(default=None)
 
     @classmethod
     def open(cls, settings: Settings) -> Services:
@@ -89,6 +95,8 @@ class Services:
     def close(self) -> None:
         self.loader.stop()
         self.db.dispose()
+        if self.tracing is not None:
+            self.tracing.shutdown()
 
     def table(self) -> RoutingTable:
         """The routing table, or 503 while it is being built."""

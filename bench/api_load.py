@@ -14,7 +14,7 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,14 +94,20 @@ class Service:
 
 
 @contextmanager
-def serve(workdir: Path, engines: Sequence[str] | None = None) -> Iterator[Service]:
+def serve(
+    workdir: Path,
+    engines: Sequence[str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Iterator[Service]:
     """``topicstore serve`` with a DuckDB file under ``workdir`` (and ``engines`` when given,
-    else the service's default); returns once it answers ``/healthz``, stops it on exit."""
+    else the service's default; ``extra`` settings, named without the prefix); returns once
+    it answers ``/healthz``, stops it on exit."""
     token = secrets.token_hex(24)
     settings = {
         "database_url": f"duckdb:///{workdir / 'topicstore.duckdb'}",
         "admin_token": token,
         "reconcile_interval": str(RECONCILE_INTERVAL_S),
+        **(extra or {}),
     }
     if engines:
         settings["engines"] = orjson.dumps(list(engines)).decode()
@@ -197,6 +203,7 @@ def run_api_load(
     client: str = "auto",
     engines: Sequence[str] | None = None,
     seed: int = 0,
+    settings: Mapping[str, str] | None = None,
 ) -> Table:
     """Start the service, load ``subscriptions`` through the bulk API, then measure
     ``/healthz``, ``/v1/match`` and ``/v1/match/batch`` (``batch_topics`` per request) for
@@ -205,7 +212,8 @@ def run_api_load(
     The endpoints take turns, ``rounds`` times after a warm-up round, and each keeps its
     fastest round, so a burst of other work on the machine hits all three alike and a
     ratio compares like with like. ``engines`` sets ``TOPICSTORE_ENGINES`` (default: the
-    service's own default)."""
+    service's own default); ``settings``, other settings of the service (``{"tracing":
+    "true"}``: its cost, docs/operations.md#tracing)."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     if not 1 <= batch_topics <= LOAD_BATCH:
@@ -230,7 +238,7 @@ def run_api_load(
     single, batched = work.topics[:BODIES], work.topics[BODIES:]
     with tempfile.TemporaryDirectory(prefix="topicstore-api-load-") as tmp:
         workdir = Path(tmp)
-        with serve(workdir, engines) as service:
+        with serve(workdir, engines, settings) as service:
             started = time.perf_counter()
             ids = load_subscriptions(service, work.subscriptions)
             load_s = time.perf_counter() - started
@@ -343,4 +351,8 @@ def run_api_load(
         f"(n subscribers for each of {BODIES} k), topics `fan{{n}}.{{k}}.x`, each checked to "
         f"match exactly n; the 0.7x target is stated at {FAN_OUT_TARGET} matches per topic.",
     ]
+    if settings:
+        table.notes.append(
+            "settings: " + ", ".join(f"TOPICSTORE_{k.upper()}={v}" for k, v in settings.items())
+        )
     return table
