@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import ModuleType
 
 from fastapi import FastAPI
 
 from app import console, contract, docs, errors, fastpath
-from app.auth import secure
+from app.auth import ConfigurationError, secure
 from app.middleware import EdgeChecks, Metrics, RequestId, StrictQuery
 from app.ratelimit import RateLimitCollector
 from app.routers import analytics, audit, match, ops, subscriptions
@@ -84,8 +85,22 @@ def create_app(
     app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestId)  # outermost: even an edge refusal carries the id
     if settings.tracing_on():
-        # Only now: with tracing off, OpenTelemetry is neither imported nor in the stack.
-        from app import tracing
-
-        services.tracing = tracing.install(app, services.db.engine, settings)
+        services.tracing = _tracing().install(app, services.db.engine, settings)
     return app
+
+
+class TracingUnavailableError(ConfigurationError):
+    code = "tracing_unavailable"
+
+
+def _tracing() -> ModuleType:
+    """``app.tracing``, imported only now: with tracing off, none of OpenTelemetry's SDK is
+    loaded and nothing of it is in the stack."""
+    try:
+        from app import tracing
+    except ImportError as e:
+        raise TracingUnavailableError(
+            f"TOPICSTORE_TRACING needs the OpenTelemetry packages ({e.name} is missing): "
+            "pip install 'topicstore[tracing]'"
+        ) from e
+    return tracing

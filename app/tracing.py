@@ -1,7 +1,9 @@
 """OpenTelemetry traces of the API's requests and the store statements under them.
 
-Imported only when ``TOPICSTORE_TRACING`` is on (``Settings.tracing_on``): with it off no
-OpenTelemetry module is loaded and no middleware added, so the service pays nothing.
+Imported only when ``TOPICSTORE_TRACING`` is on (``Settings.tracing_on``): with it off
+neither OpenTelemetry's SDK nor an instrumentation is loaded (FastAPI imports the API for
+telemetry of its own, off while no tracer provider is set) and no middleware is added, so
+the service pays nothing.
 
 What a traced request records, as one tree:
 
@@ -15,8 +17,8 @@ What a traced request records, as one tree:
   reconciliation have no request and are not traced: ``store_provider``'s sampler drops
   spans without a parent). A write that joined another request's group commit runs its
   statements in its own request's context (``store.group_commit``), so they are under its
-  own request; the group's own statements (PostgreSQL's writer lock) are under the request
-  whose thread led the group;
+  own request; the group's own statements (PostgreSQL's writer lock, the change-log, audit
+  and tenant-count rows written once per group) are under the request that led it;
 * ``match`` (``POST``/``GET /v1/match``): the topic's word count, the result size (the
   subscriptions delivered, a group counting once) and the dialect; the topic text only with
   ``TOPICSTORE_TRACE_TOPICS`` (with it off the request's query string is left out of the
@@ -42,8 +44,8 @@ from opentelemetry.instrumentation.propagators import (
     ResponsePropagator,
     set_global_response_propagator,
 )
-from opentelemetry.instrumentation.sqlalchemy.version import __version__ as sqlalchemy_version
 from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
+from opentelemetry.instrumentation.sqlalchemy.version import __version__ as sqlalchemy_version
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.propagators import textmap
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -53,6 +55,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Span, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from app.auth import ConfigurationError
 from app.settings import Settings
 from loader import RoutingTable
 from matcher import MatcherError, MatchResult, get_dialect
@@ -79,8 +82,10 @@ _OTLP_BY_PROTOCOL: Final = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_pr
 _URL_ATTRIBUTES: Final = ("http.url", "http.target", "url.full")
 
 
-class TracingConfigError(ValueError):
+class TracingConfigError(ConfigurationError):
     """An ``OTEL_*`` variable names something this installation cannot do."""
+
+    code = "invalid_otel_setting"
 
 
 def exporters() -> list[SpanExporter]:

@@ -22,8 +22,8 @@ again behind the caller's back.
 
 Each job runs in its caller's context (``contextvars``), whichever thread leads the group:
 what the caller's context carries (a trace's current span: ``app.tracing``) covers the
-job's statements, while the transaction's own (its begin, PostgreSQL's writer lock, the
-commit) run in the leader's.
+job's statements, while the transaction's own (PostgreSQL's writer lock, the rows written
+once per group before the commit: ``store.pending``; the commit) run in the leader's.
 """
 
 from __future__ import annotations

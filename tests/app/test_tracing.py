@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy.orm import Session
 
+from app import tracing
 from app.connections import GuardedHttpProtocol
 from app.main import create_app
 from app.services import Services
@@ -269,6 +270,54 @@ def test_the_topic_is_traced_when_configured(tmp_path: Path) -> None:
     (root,) = [s for s in spans if s.name == "GET /v1/match"]
     assert root.attributes is not None
     assert str(root.attributes["http.url"]).endswith("/v1/match?topic=a.b")
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({}, ["OTLPSpanExporter"]),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, ["OTLPSpanExporter"]),
+        ({"OTEL_TRACES_EXPORTER": "console, none"}, ["ConsoleSpanExporter"]),
+        ({"OTEL_TRACES_EXPORTER": "none"}, []),
+    ],
+)
+def test_the_exporters_are_the_ones_the_standard_variables_name(
+    variables: dict[str, str], expected: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    found = tracing.exporters()
+    assert [type(e).__name__ for e in found] == expected
+    protocol = variables.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    if found and protocol:
+        assert type(found[0]).__module__.startswith("opentelemetry.exporter.otlp.proto.http")
+    for exporter in found:
+        exporter.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("OTEL_TRACES_EXPORTER", "jaeger"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+)
+def test_an_exporter_this_installation_lacks_stops_the_startup(
+    name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(tracing.TracingConfigError, match=value) as refused:
+        tracing.exporters()
+    assert refused.value.code == "invalid_otel_setting"
+
+
+def test_the_service_is_named_topicstore_unless_the_variables_say(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    assert tracing.resource().attributes["service.name"] == "topicstore"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "routing-eu")
+    assert tracing.resource().attributes["service.name"] == "routing-eu"
 
 
 _OFF_PROBE = """
