@@ -90,6 +90,8 @@ def create_app(
 
 
 class TracingUnavailableError(ConfigurationError):
+    """Tracing is on, but the ``tracing`` extra is not installed."""
+
     code = "tracing_unavailable"
 
 

@@ -46,8 +46,8 @@ class Services:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
-    #: Set by ``app.tracing`` when tracing is on (``Settings.tracing_on``), else None: the
-    #: routes put their spans through it only then.
+    #: Set by ``create_app`` when tracing is on (``Settings.tracing_on``), else None: the
+    #: match routes put their spans through it only then (``app.tracing``).
     tracing: Tracing | None = field(default=None)
 
     @classmethod
