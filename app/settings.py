@@ -81,10 +81,13 @@ class Settings(BaseSettings):
         False, description="Log every request (the metrics count them either way)."
     )
     analytics_dir: Path | None = Field(
-        None, description="A `topicstore route` output directory for /v1/analytics."
+        Path("data/routed"),
+        description="A `topicstore route` output directory for /v1/analytics (None = off).",
     )
     analytics_subscriptions: Path | None = Field(
-        None, description="A subscriptions export, for the never-matched analytics query."
+        Path("data/subscriptions.parquet"),
+        description="A subscriptions export (`topicstore export`), for the never-matched "
+        "analytics query.",
     )
     spark_class_archive: str = Field(
         "",

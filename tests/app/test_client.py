@@ -435,7 +435,7 @@ def test_each_refusal_raises_its_exception_with_the_code(
             400,
             "invalid_wildcard",
         ),
-        (lambda: admin.analytics("nope"), NotFoundError, 404, "analytics_not_configured"),
+        (lambda: admin.analytics("tenants"), NotFoundError, 404, "no_deliveries"),
         (lambda: stranger.whoami(), UnauthorizedError, 401, "unauthorized"),
         (lambda: acme.match("a", tenant="globex"), ForbiddenError, 403, "wrong_tenant"),
         (lambda: acme.analytics("subscribers"), ForbiddenError, 403, "operator_only"),
