@@ -77,6 +77,13 @@ class Settings(BaseSettings):
         Path("data/dev-admin-token"),
         description="Development mode keeps its made-up token here, so the CLI can use it.",
     )
+    history_interval: float = Field(
+        10.0,
+        ge=0.05,
+        le=3600,
+        description="Seconds between the samples of the metrics kept for the console's "
+        "Health graphs (GET /v1/metrics/history: the last 360 samples, an hour at 10 s).",
+    )
     access_log: bool = Field(
         False, description="Log every request (the metrics count them either way)."
     )

@@ -255,6 +255,8 @@ def test_every_endpoint(connect: ClientFactory, serve: ServerFactory, tmp_path: 
     metrics = admin.metrics()
     assert 'topicstore_tenant_subscriptions{dialect="amqp",tenant="acme"} 3.0' in metrics
     assert "topicstore_tenant_subscriptions" not in acme.metrics()
+    history = acme.metrics_history()  # any token; the samples are tested in test_history.py
+    assert (history.interval_seconds, history.points) == (10.0, 360)
 
 
 def _short(token: str) -> str:
