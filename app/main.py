@@ -1,9 +1,10 @@
 """The FastAPI application: wiring only (routers, error envelope, documentation pages, the
-web console, edge checks, metrics, the ``POST /v1/match`` fast path, and the services'
-lifecycle)."""
+web console, edge checks, metrics and their history, the ``POST /v1/match`` fast path, and
+the services' lifecycle)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 
 from app import console, contract, docs, errors, fastpath
 from app.auth import secure
+from app.history import sample_every
 from app.middleware import EdgeChecks, Metrics, RequestId, StrictQuery
 from app.ratelimit import RateLimitCollector
 from app.routers import analytics, audit, match, ops, subscriptions
@@ -41,9 +43,13 @@ def create_app(
             services.loader.start()
         else:
             services.start_in_background()
+        sampler = asyncio.create_task(
+            sample_every(services.history, services.registry, settings.history_interval)
+        )
         try:
             yield
         finally:
+            sampler.cancel()
             # The server has waited its grace period for the requests in flight: what
             # work is left stops at its next step, so no worker thread holds up the exit.
             services.work.stop_all()
