@@ -10,7 +10,8 @@ own mechanism): Spark loads some 10,000 classes while it starts, and parsing and
 them is most of a cold start; mapping them from the archive roughly halves the start and the
 first query. ``topicstore route`` keeps one in a directory it is given (``class_archive_in``
 names the file): the first run that succeeds records it as its JVM exits (that run takes
-longer, once; the archive takes ~170 MB), later runs map it. A run that fails keeps nothing
+longer, once; the archive takes ~170 MB; both the start and the end of the recording are
+logged, so a user knows why), later runs map it. A run that fails keeps nothing
 (``class_archive_complete`` is the caller's word that the JVM loaded what a whole job loads).
 It is keyed by the PySpark install and the Java binary, written aside and renamed when
 complete, and the JVM itself checks it against its classpath (a mismatched archive is
