@@ -1,9 +1,10 @@
 """The FastAPI application: wiring only (routers, error envelope, documentation pages, the
-web console, edge checks, metrics, the ``POST /v1/match`` fast path, and the services'
-lifecycle)."""
+web console, edge checks, metrics and their history, the ``POST /v1/match`` fast path, and
+the services' lifecycle)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import ModuleType
@@ -12,6 +13,7 @@ from fastapi import FastAPI
 
 from app import console, contract, docs, errors, fastpath
 from app.auth import ConfigurationError, secure
+from app.history import sample_every
 from app.middleware import EdgeChecks, Metrics, RequestId, StrictQuery
 from app.ratelimit import RateLimitCollector
 from app.routers import analytics, audit, match, ops, subscriptions
@@ -42,9 +44,13 @@ def create_app(
             services.loader.start()
         else:
             services.start_in_background()
+        sampler = asyncio.create_task(
+            sample_every(services.history, services.registry, settings.history_interval)
+        )
         try:
             yield
         finally:
+            sampler.cancel()
             # The server has waited its grace period for the requests in flight: what
             # work is left stops at its next step, so no worker thread holds up the exit.
             services.work.stop_all()

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from app import heap
 from app.fairness import PYTHON_PLACES, FairSlots
+from app.history import History
 from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
@@ -44,6 +45,8 @@ class Services:
     fair_python: FairSlots
     work: Work
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    #: The Health page's last hour, sampled from ``registry`` (``app.history``).
+    history: History = field(default_factory=History)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
     #: Set by ``create_app`` when tracing is on (``Settings.tracing_on``), else None: the

@@ -78,14 +78,24 @@ class Settings(BaseSettings):
         Path("data/dev-admin-token"),
         description="Development mode keeps its made-up token here, so the CLI can use it.",
     )
+    history_interval: float = Field(
+        10.0,
+        ge=0.05,
+        le=3600,
+        description="Seconds between the samples of the metrics kept for the console's "
+        "Health graphs (GET /v1/metrics/history: the last 360 samples, an hour at 10 s).",
+    )
     access_log: bool = Field(
         False, description="Log every request (the metrics count them either way)."
     )
     analytics_dir: Path | None = Field(
-        None, description="A `topicstore route` output directory for /v1/analytics."
+        Path("data/routed"),
+        description="A `topicstore route` output directory for /v1/analytics (None = off).",
     )
     analytics_subscriptions: Path | None = Field(
-        None, description="A subscriptions export, for the never-matched analytics query."
+        Path("data/subscriptions.parquet"),
+        description="A subscriptions export (`topicstore export`), for the never-matched "
+        "analytics query.",
     )
     spark_class_archive: str = Field(
         "",

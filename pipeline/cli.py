@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,10 +25,14 @@ from pipeline.analytics import BUCKETS, QUERIES, QueryResult, run_query
 from pipeline.codes import DEFAULT_ENGINE
 from pipeline.errors import PipelineError
 
+if TYPE_CHECKING:
+    from pipeline.job import RouteJob
+
 app = typer.Typer(
     help="Route message tables with Spark and query the results with DuckDB.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # plain help, as the topicstore command line writes it
 )
 
 
@@ -50,7 +55,26 @@ def route(
         str | None,
         typer.Option(
             "--subscriptions",
-            help="Subscriptions Parquet (topicstore export); default: the configured store.",
+            help="Subscriptions Parquet (topicstore export); default: the configured store, "
+            "or the service at --api.",
+        ),
+    ] = None,
+    api: Annotated[
+        str | None,
+        typer.Option(
+            "--api",
+            help="Read the subscriptions through the service at this URL (which holds the "
+            "store while it runs), with --token.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="TOPICSTORE_ADMIN_TOKEN",
+            show_default=False,
+            help="The service's token for --api (default: TOPICSTORE_ADMIN_TOKEN, else the "
+            "one `serve --dev` made).",
         ),
     ] = None,
     master: Annotated[
@@ -80,31 +104,71 @@ def route(
         ),
     ] = "",
 ) -> None:
-    """Route every message to the subscriptions whose pattern matches it (Spark)."""
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import SparkSession  # Spark loads only for this command
-
-    from pipeline.job import RouteJob, run
-    from pipeline.session import class_archive_complete, spark_session
-    from store import DEFAULT_DATABASE_URL, StoreError
+    """Route every message to the subscriptions whose pattern matches it (Spark). The
+    paths, Java and the subscriptions are checked before Spark starts."""
+    from pipeline import preflight
+    from store import DEFAULT_DATABASE_URL
 
     if engine not in ENGINES:
         raise typer.BadParameter(
             f"unknown engine {engine!r}; known: {', '.join(ENGINES)}", param_hint="--engine"
         )
+    if api is not None and subscriptions is not None:
+        raise typer.BadParameter("give --subscriptions or --api, not both", param_hint="--api")
+    try:
+        preflight.check_paths(messages, subscriptions, out)
+        if not _jvm_running():
+            preflight.check_java(os.environ)
+        table = None
+        if api is not None:
+            table = preflight.service_subscriptions(api, token)
+        elif subscriptions is None:
+            table = preflight.store_subscriptions(database_url or DEFAULT_DATABASE_URL)
+    except preflight.PreflightError as e:
+        typer.echo(f"error: {e.code}: {e.message}", err=True)
+        if e.hint:
+            typer.echo(f"hint: {e.hint}", err=True)
+        raise typer.Exit(e.status) from e
+    from pipeline.job import RouteJob  # Spark's Python side loads from here on
+
+    job = RouteJob(
+        messages=messages,
+        out=out,
+        subscriptions=subscriptions,
+        subscription_table=table,
+        subscriptions_from=api or "store",
+        engine=engine,
+    )
+    _route(job, master, class_archive)
+
+
+def _jvm_running() -> bool:
+    """Whether this process has Spark's JVM already (a caller's session, or the one
+    spark-submit started), so there is no Java to check."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return True
+    if "pyspark" not in sys.modules:
+        return False
+    from pipeline.session import jvm_started
+
+    return jvm_started()
+
+
+def _route(job: RouteJob, master: str | None, class_archive: str) -> None:
+    """Run ``job`` on a Spark session (a caller's, else one started here) and print its
+    summary."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import SparkSession  # Spark loads only for this command
+
+    from pipeline.job import run
+    from pipeline.session import class_archive_complete, spark_session
+    from store import StoreError
+
+    out = job.out
     ours = SparkSession.getActiveSession() is None  # a caller's session is left running
     spark = spark_session(master, class_archive=class_archive_file(class_archive, os.environ))
     try:
-        summary = run(
-            spark,
-            RouteJob(
-                messages=messages,
-                out=out,
-                subscriptions=subscriptions,
-                database_url=database_url or DEFAULT_DATABASE_URL,
-                engine=engine,
-            ),
-        )
+        summary = run(spark, job)
     except (PipelineError, StoreError) as e:
         typer.echo(f"error: {e.code}: {e.message}", err=True)
         raise typer.Exit(2) from e

@@ -46,6 +46,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 
@@ -62,12 +63,15 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class RouteJob:
     """What to route and where to. ``subscriptions`` is a Parquet path; without it the
-    subscriptions come from the store at ``database_url``."""
+    subscriptions come from ``subscription_table`` (read by the caller before Spark
+    started, from ``subscriptions_from``), else from the store at ``database_url``."""
 
     messages: str
     out: Path
     subscriptions: str | None = None
     database_url: str | None = None
+    subscription_table: pa.Table | None = None
+    subscriptions_from: str = "store"
     engine: str = DEFAULT_ENGINE
     limits: Limits = field(default_factory=Limits)
     header_limits: HeaderLimits = field(default_factory=HeaderLimits)
@@ -134,6 +138,8 @@ def _plan(
     if job.subscriptions is not None:
         table = io.read_subscriptions(spark, job.subscriptions)
         source = job.subscriptions
+    elif job.subscription_table is not None:
+        table, source = job.subscription_table, job.subscriptions_from
     elif job.database_url is not None:
         table = io.store_subscriptions(job.database_url)
         source = "store"
