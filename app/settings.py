@@ -169,6 +169,16 @@ class Settings(BaseSettings):
     audit_retention_days: int = Field(
         90, ge=0, le=36_500, description="Days the audit log keeps a row (0 = forever)."
     )
+    expiry_sweep_interval: float = Field(
+        10.0,
+        ge=0,
+        le=86_400,
+        description="Seconds between sweeps deleting expired subscriptions (0 = off); a "
+        "sweep also runs as soon as a subscription this replica holds expires.",
+    )
+    expiry_sweep_rows: int = Field(
+        1_000, ge=1, le=100_000, description="Most expired subscriptions one sweep deletes."
+    )
 
     @model_validator(mode="after")
     def _bound_above_the_poll(self) -> Settings:
