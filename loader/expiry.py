@@ -104,11 +104,15 @@ class ExpiryIndex:
             return self._due
 
     def _rearm(self) -> None:
-        """``next`` from the state (under the lock)."""
+        """``next`` from the state (under the lock), stale entries (of ids moved or gone)
+        first popped off the heap's top, so it is an instant something expires at."""
+        heap, at = self._heap, self._at
+        while heap and at.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
         if self._due:
             self.next = -math.inf
         else:
-            self.next = self._heap[0][0] if self._heap else math.inf
+            self.next = heap[0][0] if heap else math.inf
 
     def _compact(self) -> None:
         """The heap rebuilt from the live instants (under the lock): O(n)."""
