@@ -42,6 +42,7 @@ OPERATIONS = [
     "GET /v1/subscriptions",
     "POST /v1/subscriptions/bulk",
     "GET /v1/subscriptions/{sub_id}",
+    "PATCH /v1/subscriptions/{sub_id}",
     "DELETE /v1/subscriptions/{sub_id}",
     "GET /v1/subscriptions-count",
     "DELETE /v1/subscribers/{subscriber}/subscriptions",

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from loader import RoutingTable
 from loader.expiry import ExpiryIndex
+from matcher.groups import Policy
 from store.columns import SCHEMA
 from store.records import Change
 
@@ -20,24 +21,17 @@ LATER = datetime.now(UTC) + timedelta(hours=1)
 
 
 def _add(
-    seq: int, sub_id: int, pattern: str, expires: datetime | None = None, **more: object
+    seq: int,
+    sub_id: int,
+    pattern: str,
+    expires: datetime | None = None,
+    group: str | None = None,
+    group_policy: Policy | None = None,
 ) -> Change:
-    fields = {"group": None, "group_policy": None, **more}
     return Change(
-        seq,
-        "add",
-        sub_id,
-        "t",
-        f"s{sub_id}",
-        pattern,
-        "amqp",
-        "topic",
-        None,
-        None,
-        fields["group"],
-        fields["group_policy"],
-        expires,  # type: ignore[arg-type]
-    )
+        seq, "add", sub_id, "t", f"s{sub_id}", pattern, "amqp", "topic", None, None,
+        group, group_policy, expires,
+    )  # fmt: skip
 
 
 def _remove(seq: int, sub_id: int, pattern: str) -> Change:
