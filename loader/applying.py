@@ -119,13 +119,17 @@ class Applying(TableState):
         last refusal."""
         catalog = self._catalog
         new: dict[int, Change] = {}
+        #: The last expiry of a new id added again in the run (set after its first add).
+        later: dict[int, Change] = {}
         for change, here in zip(
             run, catalog.entries.present([c.subscription_id for c in run]), strict=True
         ):
-            if not here:
-                new.setdefault(change.subscription_id, change)
-            else:
+            if here:
                 self._expiry_changed(change)
+            elif change.subscription_id in new:
+                later[change.subscription_id] = change
+            else:
+                new[change.subscription_id] = change
         seq = max(catalog.seq, run[-1].seq)
         if not new:
             self._catalog = Snapshot(seq, catalog.entries)
@@ -142,8 +146,9 @@ class Applying(TableState):
         expiry = self.expiry
         for sub_id, change in new.items():
             groups.add(change)  # groups: before the matchers see the ids
-            if change.expires_at is not None:  # so are their expiries
-                expiry.set(sub_id, change.expires_at)
+            expires_at = later.get(sub_id, change).expires_at
+            if expires_at is not None:  # so are their expiries
+                expiry.set(sub_id, expires_at)
         hidden = groups.serve(
             (i, c.tenant, c.dialect, c.pattern) for i, c in new.items() if c.group is not None
         )

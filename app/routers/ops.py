@@ -7,6 +7,7 @@ would tell one tenant who the others are and how big."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 from typing import Annotated
 
@@ -137,11 +138,13 @@ def snapshot(
     """Every subscription of the tenant as of one change seq: one consistent listing,
     taken in O(1) from the loader's persistent catalog (later writes do not change it)."""
     tenant = caller.tenant_for(tenant)
-    view = services.table().snapshot()
+    table = services.table()
+    view = table.snapshot()
+    expired = table.expiry.due(time.time())  # held until swept, but no longer matching
     entries = [
         {"id": sub_id, "subscriber": e.subscriber, "dialect": e.dialect, "pattern": e.pattern}
         for sub_id, e in view.entries.items()
-        if e.tenant == tenant
+        if e.tenant == tenant and sub_id not in expired
     ]
     entries.sort(key=lambda entry: entry["id"])  # type: ignore[arg-type, return-value]
     return Response(

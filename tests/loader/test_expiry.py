@@ -133,3 +133,14 @@ def test_the_index_costs_one_comparison_while_nothing_is_due() -> None:
         index.set(10, LATER + timedelta(seconds=i))
     assert len(index._heap) <= 2 * len(index) + 65
     index._check()
+
+
+def test_an_expiry_set_in_the_run_that_adds_the_id_is_kept() -> None:
+    """A create and its update read from the log together: one run of adds."""
+    table = RoutingTable(("native",))
+    table.apply([_add(1, 1, "a.*", LATER), _add(2, 1, "a.*", PAST)])
+    assert sorted(table.match("t", "amqp", "a.b")) == []
+    table.apply([_add(3, 2, "b.*", PAST), _add(4, 2, "b.*", None)])
+    assert sorted(table.match("t", "amqp", "b.c")) == [2]
+    assert len(table.expiry) == 1
+    table._check()
