@@ -196,6 +196,18 @@ class ServiceCollector(Collector):
             "the store and repaired",
             value=loader.reconcile_repairs,
         )
+        yield GaugeMetricFamily(
+            "topicstore_expiring_subscriptions",
+            "Subscriptions in the routing table that have an expiry",
+            value=len(table.expiry),
+        )
+        sweeper = self.services.sweeper
+        if sweeper is not None:
+            yield CounterMetricFamily(
+                "topicstore_expiry_swept",
+                "Expired subscriptions this replica's sweeps deleted from the store",
+                value=sweeper.swept,
+            )
         writes = self.services.db.writes
         yield CounterMetricFamily(
             "topicstore_write_transactions",

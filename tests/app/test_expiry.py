@@ -159,6 +159,7 @@ def test_a_restart_neither_loads_nor_matches_an_expired_row_and_the_next_sweep_d
         counts = client.get("/v1/subscriptions-count", headers=ADMIN_HEADERS).json()
         assert counts["total"] == 1
         assert match_ids(client, "r.x") == [live["id"]]
+        assert "topicstore_expiry_swept_total 1.0" in client.get("/metrics").text
 
 
 def test_an_expiry_is_extended_cleared_or_shortened_in_one_call(client: TestClient) -> None:
