@@ -443,10 +443,11 @@ class AdminOperations:
                     code=f"{name}_not_applicable",
                 )
         values = {name: getattr(item, name) for name in _NEW_FIELDS if name != "expires_at"}
-        try:
-            values["expires_at"] = expiry_at(item.expires_at, item.ttl, self._clock())
-        except StoreError as e:
-            raise InvalidRequestError(e.message, code=e.code) from e
+        if item.expires_at is not None or item.ttl is not None:
+            try:
+                values["expires_at"] = expiry_at(item.expires_at, item.ttl, self._clock())
+            except StoreError as e:
+                raise InvalidRequestError(e.message, code=e.code) from e
         values["tenant"] = caller.tenant_for(item.tenant)
         values["dialect"] = item.dialect or "amqp"
         if item.criteria is not None:
