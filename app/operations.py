@@ -22,6 +22,7 @@ from app.auth import Caller
 from app.bulk import BulkResult, plain
 from app.refusals import (
     BatchTooLargeError,
+    ExpiredError,
     InvalidRequestError,
     NotApplicableError,
     NotFoundError,
@@ -264,8 +265,8 @@ class AdminOperations:
     def set_expiry(self, sub_id: int, change: ExpiryIn, caller: Caller) -> SubscriptionOut:
         """Set or clear (``expires_at`` null) one subscription's expiry, audited as
         ``update`` and logged as an ``add`` of the row (``set_expiry``), so every replica
-        applies it. ``NotFoundError`` when there is none, or it has already expired (it
-        stopped matching at its instant: create it again)."""
+        applies it. ``NotFoundError`` when there is none; ``ExpiredError`` when it has
+        already expired (it stopped matching at its instant: create it again)."""
         if not change.model_fields_set:
             raise InvalidRequestError(
                 "give expires_at (null clears it) or ttl", code="expiry_missing"
@@ -279,8 +280,13 @@ class AdminOperations:
         def check(session: Session) -> Callable[[], SubscriptionOut | None]:
             repo = SubscriptionRepository(session)
             row = repo.get(sub_id, tenant=caller.tenant)
-            if row is None or expired(row.expires_at, now):
+            if row is None:
                 return lambda: None
+            if expired(row.expires_at, now):
+                raise ExpiredError(
+                    f"subscription {sub_id} expired at {row.expires_at}: it no longer "
+                    "matches and awaits the sweep; create it again"
+                )
 
             def write() -> SubscriptionOut | None:
                 updated = repo.set_expiry(sub_id, instant, tenant=caller.tenant)
@@ -293,7 +299,7 @@ class AdminOperations:
 
         updated = self.db.writes.run(check)
         if updated is None:
-            raise NotFoundError(f"no subscription {sub_id} (or it has expired)")
+            raise NotFoundError(f"no subscription {sub_id}")
         return updated
 
     def sweep_expired(self, limit: int) -> dict[str, list[int]]:

@@ -97,7 +97,7 @@ def sub_expire(
     with store_admin(api) as admin:
         result = admin.set_expiry(sub_id, instant, ttl)
     if result is None:
-        typer.echo(f"error: not_found: no subscription {sub_id} (or it has expired)", err=True)
+        typer.echo(f"error: not_found: no subscription {sub_id}", err=True)
         raise typer.Exit(REFUSED)
     when = result["expires_at"] or "never"
     emit(result, as_json, f"subscription {sub_id} expires {when}")

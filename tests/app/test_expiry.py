@@ -191,7 +191,8 @@ def test_an_expiry_is_extended_cleared_or_shortened_in_one_call(client: TestClie
     late = client.patch(
         f"/v1/subscriptions/{shortened['id']}", json={"ttl": 60}, headers=ADMIN_HEADERS
     )
-    assert late.status_code == 404 and late.json()["error"]["code"] == "not_found"
+    assert late.status_code == 409, late.text
+    assert late.json()["error"]["code"] == "subscription_expired"
     listed = client.get("/v1/subscriptions", headers=ADMIN_HEADERS).json()["items"]
     assert {r["id"]: r["expires_at"] for r in listed}[kept["id"]] is None
     audit = client.get("/v1/audit", params={"action": "update"}, headers=ADMIN_HEADERS)

@@ -157,7 +157,8 @@ class AsyncClient:
     ) -> SubscriptionOut:
         """Set its expiry to ``ttl`` seconds from now, else to ``expires_at`` (aware),
         else clear it (never expires); ``NotFoundError`` when there is no such
-        subscription or it has already expired."""
+        subscription, ``ConflictError`` (``subscription_expired``) when it has already
+        expired."""
         return await self.send(calls.set_expiry(sub_id, expires_at, ttl))
 
     async def delete_subscription(self, sub_id: int) -> None:

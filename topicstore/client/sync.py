@@ -155,7 +155,8 @@ class Client:
     ) -> SubscriptionOut:
         """Set its expiry to ``ttl`` seconds from now, else to ``expires_at`` (aware),
         else clear it (never expires); ``NotFoundError`` when there is no such
-        subscription or it has already expired."""
+        subscription, ``ConflictError`` (``subscription_expired``) when it has already
+        expired."""
         return self.send(calls.set_expiry(sub_id, expires_at, ttl))
 
     def delete_subscription(self, sub_id: int) -> None:
