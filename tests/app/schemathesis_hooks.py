@@ -137,11 +137,13 @@ def _expiry(body: Any) -> bool:
     if not isinstance(body, dict):
         return True
     at, ttl = body.get("expires_at"), body.get("ttl")
+    if at is not None and ttl is not None:
+        return False  # expiry_conflict
     try:
         instant = None if at is None else parse(at)
     except ValueError:
         return True  # a form the schema refuses: its own checks cover it
-    return _valid(lambda: expiry_at(instant, ttl if isinstance(ttl, int) else None, now()))
+    return _valid(lambda: expiry_at(instant, None, now()))
 
 
 def _keys_match_topics(body: Any) -> bool:
