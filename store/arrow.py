@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import pyarrow as pa
@@ -45,10 +46,14 @@ def _cell(name: str, value: Any) -> Any:
 def subscription_batches(
     db: Database, *, tenant: str | None = None, batch_size: int = 50_000
 ) -> Iterator[pa.RecordBatch]:
-    """Every subscription (of ``tenant``, when given) in id order, as record batches of
-    ``SCHEMA``, streamed from one consistent read (Core rows, no ORM objects)."""
+    """Every subscription (of ``tenant``, when given) not expired by now, in id order, as
+    record batches of ``SCHEMA`` (``expires_at`` among the columns), streamed from one
+    consistent read (Core rows, no ORM objects). An expired row waiting for the sweep is
+    left out: it no longer matches, so the routing job must not route to it."""
     table = Subscription.__table__
-    query = sa.select(*_COLUMNS).order_by(table.c.id)
+    now = datetime.now(UTC)
+    live = sa.or_(table.c.expires_at.is_(None), table.c.expires_at > now)
+    query = sa.select(*_COLUMNS).where(live).order_by(table.c.id)
     if tenant is not None:
         query = query.where(table.c.tenant == tenant)
     names = SCHEMA.names
