@@ -77,7 +77,7 @@ def sub_add(
     emit(result, as_json, f"{result['status']} subscription {result['id']}{expiry}")
 
 
-@sub.command("expire")
+@sub.command("expire", short_help="Set, extend or clear one subscription's expiry.")
 def sub_expire(
     sub_id: int,
     expires_in: Annotated[
