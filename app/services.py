@@ -16,6 +16,7 @@ from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
 from app.settings import Settings
+from app.stats import MatchStats
 from app.work import Work
 from loader import Loader, RoutingTable
 from migrations.runner import upgrade
@@ -40,6 +41,8 @@ class Services:
     fair: FairSlots
     fair_python: FairSlots
     work: Work
+    #: What this process delivered, counted and flushed to the store (``app.stats``).
+    stats: MatchStats
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
@@ -66,7 +69,13 @@ class Services:
         )
         fair_python = FairSlots(PYTHON_PLACES)
         work = Work(settings, fair_python, limiter)
-        return cls(settings, db, loader, operations, limiter, fair, fair_python, work)
+        stats = MatchStats(
+            db,
+            settings.stats_flush_interval,
+            settings.stats_top,
+            dense=lambda: len(loader.table.subscriber_names()[0]),
+        )
+        return cls(settings, db, loader, operations, limiter, fair, fair_python, work, stats)
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at
@@ -87,6 +96,7 @@ class Services:
         return self.builder
 
     def close(self) -> None:
+        self.stats.stop()  # the last counts, before the store goes
         self.loader.stop()
         self.db.dispose()
 

@@ -64,7 +64,7 @@ def big_postgres(count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT
         row = conn.execute("SELECT count(*) FROM subscription").fetchone()
         if row is not None and row[0] == count:
             return url
-        conn.execute("TRUNCATE subscription, change_log, tenant_usage")
+        conn.execute("TRUNCATE subscription, subscription_stats, change_log, tenant_usage")
         table = _columns(count, seed)
         names = table.column_names
         with (

@@ -90,7 +90,7 @@ def _answer(
     tenant = caller.tenant_for(tenant)
     ids = table.routes(tenant, dialect, topic)
     if len(ids) < LARGE_MATCH:
-        return _json(delivery(table, tenant, ids, key))
+        return _json(delivery(table, tenant, ids, key, services.stats.counts))
     return _large_answer(services, caller, table, tenant, ids, key)
 
 
@@ -106,7 +106,10 @@ async def _large_answer(
     place for work holding the GIL and billed to the caller's match rate by its ids."""
     services.limiter.debit(MATCH, caller.tenant, len(ids) / STEPS_PER_MATCH)
     async with services.fair_python.slot(tenant):
-        content = await run_in_threadpool(lambda: orjson.dumps(delivery(table, tenant, ids, key)))
+        counts = services.stats.counts
+        content = await run_in_threadpool(
+            lambda: orjson.dumps(delivery(table, tenant, ids, key, counts))
+        )
     return Response(content, media_type="application/json")
 
 
@@ -219,6 +222,7 @@ async def batch_answer(
                     None if keys is None else keys[start:end],
                     budget,
                     most - matched,
+                    services.stats.counts,
                 )
             matched += count
             if matched > most:
@@ -242,4 +246,4 @@ async def match_headers(
     ids = table.header_routes(tenant, body.headers)
     if body.key is None and table.groups.has_groups(tenant):
         key = orjson.dumps(body.headers, option=orjson.OPT_SORT_KEYS).decode()
-    return _json(delivery(table, tenant, ids, key))
+    return _json(delivery(table, tenant, ids, key, services.stats.counts))

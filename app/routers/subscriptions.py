@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -32,6 +33,7 @@ from topicstore.models import (
     RedundantOut,
     StoredDialect,
     SubscriptionIn,
+    SubscriptionOrder,
     SubscriptionOut,
 )
 
@@ -174,8 +176,36 @@ async def list_subscriptions(
             examples=["stock.*.msft"],
         ),
     ] = None,
+    sort: Annotated[
+        SubscriptionOrder,
+        Query(
+            description="``id``, or ``matches``: most delivered first, ties by id (not with "
+            "``overlaps`` or ``covered_by``)."
+        ),
+    ] = "id",
+    after_matches: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            lt=2**63,
+            description="With sort=matches: the previous page's ``next_after_matches``, "
+            "beside ``after``.",
+        ),
+    ] = None,
+    unmatched_since: Annotated[
+        datetime | None,
+        Query(
+            description="Only subscriptions not matched since this instant (RFC 3339; "
+            "without an offset, UTC): never matched, or last matched before it.",
+            examples=["2026-11-01T00:00:00Z"],
+        ),
+    ] = None,
 ) -> Page:
-    """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back).
+    """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back),
+    or with ``sort=matches`` most matched first (pass ``next_after`` and
+    ``next_after_matches`` back; the counts are the store's, flushed by every replica each
+    ``TOPICSTORE_STATS_FLUSH_INTERVAL``: a count that grows between two pages may move a
+    subscription across the cursor).
 
     With ``overlaps`` or ``covered_by`` the ids come from the routing table's pruned search,
     decided exactly within ``TOPICSTORE_OVERLAP_BUDGET`` steps per page, in one of the fair
@@ -200,6 +230,9 @@ async def list_subscriptions(
             after=after,
             limit=limit,
             budget=budget,
+            sort=sort,
+            after_matches=after_matches,
+            unmatched_since=unmatched_since,
         )
 
     if overlaps is None and covered_by is None:
