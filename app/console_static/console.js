@@ -280,6 +280,7 @@ function subscriptionRow(s) {
     h("td", {}, h("button", { type: "button", class: "link", title: `Show only ${shown(s.subscriber)}'s subscriptions`, onclick: () => filterBySubscriber(s.subscriber) }, nameNode(s.subscriber))),
     h("td", {}, s.dialect),
     h("td", { class: "mono" }, what), h("td", {}, groupCell(s)), labels,
+    h("td", { class: "num", title: s.last_matched_at ? `last matched ${s.last_matched_at}` : "never matched" }, fmt(s.matches)),
     h("td", { class: "col-opt", title: s.created_at }, s.created_at.replace("T", " ").slice(0, 19)), h("td", {}, del));
 }
 
@@ -303,7 +304,7 @@ async function loadPage() {
     if (serial !== loads.page) return;
     showError(error, null);
     paging.next = data.next_after;
-    fillRows($("#subs-table"), data.items.map(subscriptionRow), 8, "no subscriptions match");
+    fillRows($("#subs-table"), data.items.map(subscriptionRow), 9, "no subscriptions match");
     const page = paging.afters.length;
     const first = data.items.length ? data.items[0].id : null;
     const last = data.items.length ? data.items[data.items.length - 1].id : null;
@@ -311,7 +312,7 @@ async function loadPage() {
   } catch (e) {
     if (serial !== loads.page) return;
     showError(error, e);
-    fillRows($("#subs-table"), [], 8, "-");
+    fillRows($("#subs-table"), [], 9, "-");
     paging.next = null;
   }
   $("#page-next").disabled = paging.next === null;
