@@ -189,7 +189,8 @@ async def list_subscriptions(
             ge=0,
             lt=2**63,
             description="With sort=matches: the previous page's ``next_after_matches``, "
-            "beside ``after``.",
+            "given together with ``after`` (one without the other, or this without "
+            "sort=matches: 422 ``incomplete_cursor``).",
         ),
     ] = None,
     unmatched_since: Annotated[

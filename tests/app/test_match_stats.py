@@ -149,7 +149,7 @@ def test_a_removed_subscription_takes_its_counts_along(make_client: ClientFactor
     db: Database = services.db
     with db.engine.connect() as conn:
         rows = conn.exec_driver_sql("SELECT subscription_id, matches FROM subscription_stats")
-        stored = dict(rows.all())
+        stored: dict[int, int] = dict(rows.all())
     assert ids["hot"] not in stored
     assert stored[ids["warm"]] == 2 * EXPECTED["warm"]
 
@@ -211,7 +211,7 @@ def test_the_embedded_store_keeps_what_was_counted_before_a_stop(
     try:
         with db.engine.connect() as conn:
             rows = conn.exec_driver_sql("SELECT subscription_id, matches FROM subscription_stats")
-            stored = dict(rows.all())
+            stored: dict[int, int] = dict(rows.all())
     finally:
         db.dispose()
     assert stored == {ids[name]: n for name, n in EXPECTED.items() if n}
