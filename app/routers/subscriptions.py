@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -20,6 +19,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.table_reads import redundant_patterns, subscription_page
+from app.times import YEARS, Time
 from matcher.budget import Budget
 from matcher.groups import MAX_GROUP_BYTES
 from store.records import MAX_NAME_BYTES
@@ -194,10 +194,12 @@ async def list_subscriptions(
         ),
     ] = None,
     unmatched_since: Annotated[
-        datetime | None,
+        Time | None,
         Query(
-            description="Only subscriptions not matched since this instant (RFC 3339; "
-            "without an offset, UTC): never matched, or last matched before it.",
+            description="Only subscriptions not matched since this time: never matched, or "
+            "last matched before it. An RFC 3339 date-time with an offset (``Z`` for UTC), "
+            f"written in a year from {YEARS.start} to {YEARS.stop - 1} (else 422 "
+            "``time_out_of_range``).",
             examples=["2026-11-01T00:00:00Z"],
         ),
     ] = None,
