@@ -69,12 +69,7 @@ class Services:
         )
         fair_python = FairSlots(PYTHON_PLACES)
         work = Work(settings, fair_python, limiter)
-        stats = MatchStats(
-            db,
-            settings.stats_flush_interval,
-            settings.stats_top,
-            dense=lambda: len(loader.table.subscriber_names()[0]),
-        )
+        stats = MatchStats(db, settings.stats_flush_interval, settings.stats_top)
         return cls(settings, db, loader, operations, limiter, fair, fair_python, work, stats)
 
     def start_in_background(self) -> threading.Thread:

@@ -169,7 +169,7 @@ class Settings(BaseSettings):
     stats_flush_interval: float = Field(
         10.0,
         ge=0.05,
-        le=300,
+        le=240,
         description="Seconds between flushes of this process's match counts to the store "
         "(subscription_stats); a process killed without its SIGTERM flush loses at most this "
         "many seconds of counts.",

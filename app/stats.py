@@ -3,8 +3,8 @@ added to the store in batches.
 
 Counting: every delivered id (a single match's answer, each topic of a batch, a group's
 chosen member; not an explain) is counted in ``MatchStats.counts``
-(``app._answers.MatchCounts``: two stores into arrays indexed by id; the batch encoder
-counts each id as it writes it in C, so a batch has no Python step per id).
+(``app._answers.MatchCounts``: one 4-byte word per id in an array indexed by id; the batch
+encoder counts a batch's ids in C, so a batch has no Python step per id).
 
 Flushing: a thread drains the counts every ``TOPICSTORE_STATS_FLUSH_INTERVAL`` seconds and
 adds them to ``subscription_stats`` (``store.stats``: ``matches = matches + delta``), so
@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 from app._answers import MatchCounts
 from store import Database
@@ -30,16 +29,13 @@ log = logging.getLogger(__name__)
 
 
 class MatchStats:
-    """The process's match counts and their flusher. ``dense``: how far the routing
-    table's ids are dense (``MatchCounts``' array bound, for counts put back)."""
+    """The process's match counts and their flusher (``top``: the most matched
+    subscriptions ``most_matched`` reads)."""
 
-    def __init__(
-        self, db: Database, interval: float, top: int, dense: Callable[[], int] = lambda: 0
-    ) -> None:
+    def __init__(self, db: Database, interval: float, top: int) -> None:
         self.db = db
         self.interval = interval
         self.top = top
-        self.dense = dense
         self.counts = MatchCounts()
         #: Flushes that wrote, their rows (ids; summed per id by the store), failed ones.
         self.flushes = 0
@@ -85,7 +81,7 @@ class MatchStats:
                         )
                 except BaseException:
                     self.failures += 1
-                    self.counts.restore(ids[start:], counts[start:], lasts[start:], self.dense())
+                    self.counts.restore(ids[start:], counts[start:], lasts[start:])
                     raise
             if ids:
                 self.flushes += 1
