@@ -1,8 +1,8 @@
 # distutils: language = c++
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The batch match answer as JSON, written straight from ``Matcher.match_ids``' arrays
-(``answers_json.hpp``; ``app.delivery.batch`` calls it), counting each delivered id in the
-process's ``MatchCounts`` (``match_counts.hpp``) as it writes it. Building a dict and two lists per
+(``answers_json.hpp``; ``app.delivery.batch`` calls it), then each delivered id counted
+in the process's ``MatchCounts`` (``match_counts.hpp``). Building a dict and two lists per
 topic and then encoding them holds the GIL several times as long as the walks themselves;
 this writes the same bytes as ``orjson.dumps`` of those dicts (``tests/app/test_answers.py``
 holds the two to byte equality) in one pass. O(matches) per topic, plus O(m log m) to sort a

@@ -3,7 +3,8 @@ never blocking) unless their answer is large (``LARGE_MATCH``); large answers, e
 batches run off it in fair places (``app.fairness``), a batch in slices, so that none
 stalls other requests or other tenants. Explains and batches have a budget and stop when
 their client leaves (``app.work``). Answers are serialized with orjson straight to bytes;
-the declared models document the shape."""
+the declared models document the shape. Every answer counts what it delivers in the
+process's match statistics (``app.stats``); an explain delivers nothing and counts nothing."""
 
 from __future__ import annotations
 
