@@ -165,12 +165,12 @@ def _wait_for(server: Server, sub_id: int, matches: int) -> None:
 def test_counts_add_up_over_two_replicas_and_survive_their_restart(
     serve: ServerFactory, postgres_url: str
 ) -> None:
-    """A flushes every 0.2 s; B would flush every 300 s, so its counts reach the store
+    """A flushes every 0.2 s; B would flush every 240 s, so its counts reach the store
     only by the flush of its graceful stop (SIGTERM). Both restarted, the counts are the
     sum of what each delivered."""
     reset_postgres(postgres_url)
     a = serve(**settings_for(postgres_url, stats_flush_interval="0.2"))
-    b = serve(**settings_for(postgres_url, stats_flush_interval="300"))
+    b = serve(**settings_for(postgres_url, stats_flush_interval="240"))
     a.wait_until("/readyz", 200), b.wait_until("/readyz", 200)
     with a.client(ADMIN_HEADERS) as http:
         ids = _subscriptions(http)
@@ -201,7 +201,7 @@ def test_the_embedded_store_keeps_what_was_counted_before_a_stop(
     """DuckDB: the stop's flush binds its arrays with pandas kept out of the process, and
     the counts are in the file afterwards."""
     url = f"duckdb:///{tmp_path / 'stats.duckdb'}"
-    server = serve(**settings_for(url, stats_flush_interval="300"))
+    server = serve(**settings_for(url, stats_flush_interval="240"))
     server.wait_until("/readyz", 200)
     with server.client(ADMIN_HEADERS) as http:
         ids = _subscriptions(http)
