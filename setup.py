@@ -22,7 +22,7 @@ def cpp_extension(name: str, package: str, *headers: str) -> Extension:
 
 EXTENSIONS = [
     cpp_extension("_native", "matcher", "native/*.hpp"),
-    cpp_extension("_answers", "app", "answers_json.hpp"),
+    cpp_extension("_answers", "app", "*.hpp"),
 ]
 
 setup(ext_modules=cythonize(EXTENSIONS, language_level=3))

@@ -1,6 +1,8 @@
 """A match's answer as the API shows it (``MatchOut``, and each item of ``BatchOut``'s
 ``results``), built in one place for the match routes and the command line's direct mode:
-``delivery`` for one match, ``batch`` for the JSON of many."""
+``delivery`` for one match, ``batch`` for the JSON of many. Each counts what it delivers in
+the ``MatchCounts`` it is given (``app.stats``): the delivered ids, so a group's chosen
+member, not every member its route stands for."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from app._answers import encode_answers
+from app._answers import MatchCounts, encode_answers
 from loader import RoutingTable
 from matcher import MatcherError, MatchResult
 from matcher.budget import Budget
@@ -32,12 +34,21 @@ def check_keys(keys: Sequence[str] | None) -> None:
             raise InvalidGroupError(e.code, f"keys[{i}]: {e.message}") from e
 
 
-def delivery(table: RoutingTable, tenant: str, ids: MatchResult, key: str) -> dict[str, Any]:
+def delivery(
+    table: RoutingTable,
+    tenant: str,
+    ids: MatchResult,
+    key: str,
+    delivered: MatchCounts | None = None,
+) -> dict[str, Any]:
     """The delivered set of one match (``ids``: ``RoutingTable.routes``): ungrouped ids
-    plus one member per group (``RoutingTable.deliver``), with each group's choice. A
-    tenant without groups takes the path of a plain match: one dict lookup more than
-    before groups existed."""
-    return _answer(table, tenant, ids, key)[0]
+    plus one member per group (``RoutingTable.deliver``), with each group's choice, each
+    counted in ``delivered``. A tenant without groups takes the path of a plain match: one
+    dict lookup more than before groups existed."""
+    answer = _answer(table, tenant, ids, key)[0]
+    if delivered is not None:
+        delivered.add(answer["subscriptions"], len(table.subscriber_names()[0]))
+    return answer
 
 
 def _answer(
@@ -75,6 +86,7 @@ def batch(
     keys: Sequence[str] | None = None,
     budget: Budget | None = None,
     max_work: int | None = None,
+    delivered: MatchCounts | None = None,
 ) -> tuple[bytes, int]:
     """The items of a batch answer's ``results`` array as JSON (comma-separated, without
     the brackets, so slices join with a comma), and the work they took: per topic
@@ -87,11 +99,12 @@ def batch(
     and the JSON written in C from its arrays (``app._answers``: no Python object per topic
     or id; the same bytes as orjson of the dicts, ``tests/app/test_answers.py``). With
     groups, a topic at a time in Python, ``budget`` checked before each (a stop or its
-    deadline ends the batch between two topics)."""
+    deadline ends the batch between two topics). Each answered id is counted in
+    ``delivered`` (by the C encoder as it writes the id, without groups)."""
     if not table.groups.has_groups(tenant):
         counts, ids, errors = table.match_ids(tenant, dialect, topics)
         by_id, far = table.subscriber_names()
-        return encode_answers(counts, ids, errors, by_id, far)
+        return encode_answers(counts, ids, errors, by_id, far, delivered)
     results: list[dict[str, Any]] = []
     routes = table.routes
     append = results.append
@@ -106,6 +119,8 @@ def batch(
             append({"error": {"code": e.code, "message": e.message}})
             continue
         answer, cost = _answer(table, tenant, found, topic if keys is None else keys[i])
+        if delivered is not None:
+            delivered.add(answer["subscriptions"], len(table.subscriber_names()[0]))
         append(answer)
         work += cost
         if max_work is not None and work > max_work:

@@ -40,6 +40,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services.stats.start()
         if wait_until_ready:
             services.loader.start()
             if services.sweeper is not None:

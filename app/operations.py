@@ -54,6 +54,7 @@ from topicstore.models import (
     ExpiryIn,
     Page,
     SubscriptionIn,
+    SubscriptionOrder,
     SubscriptionOut,
 )
 from topicstore.times import YEARS
@@ -340,9 +341,26 @@ class AdminOperations:
         ids: Sequence[int] | None = None,
         group: str | None = None,
         label: tuple[str, str] | None = None,
+        sort: SubscriptionOrder = "id",
+        after_matches: int | None = None,
+        unmatched_since: datetime | None = None,
     ) -> Page:
-        """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back
-        as ``after``); ``ids``: only those (what a routing-table search found)."""
+        """A page of subscriptions in id order, or (``sort="matches"``) most matched first
+        (keyset pagination: pass ``next_after``, and ``next_after_matches`` with that sort,
+        back as ``after`` and ``after_matches``); ``ids``: only those (what a
+        routing-table search found); ``unmatched_since``: only those not matched since
+        then."""
+        by_matches = sort == "matches"
+        if by_matches and (after is None) != (after_matches is None):
+            raise InvalidRequestError(
+                "with sort=matches give after and after_matches together (the previous "
+                "page's next_after and next_after_matches)",
+                code="incomplete_cursor",
+            )
+        if not by_matches and after_matches is not None:
+            raise InvalidRequestError(
+                "after_matches goes with sort=matches", code="incomplete_cursor"
+            )
         with self.db.read() as session:
             rows = SubscriptionRepository(session).page(
                 tenant=caller.tenant_for(tenant),
@@ -354,9 +372,16 @@ class AdminOperations:
                 ids=ids,
                 group=group,
                 label=label,
+                by_matches=by_matches,
+                after_matches=after_matches or 0,
+                unmatched_since=_instant(unmatched_since, "unmatched_since"),
             )
-        next_after = rows[-1].id if len(rows) == limit else None
-        return Page(items=[subscription_out(row) for row in rows], next_after=next_after)
+        full = len(rows) == limit
+        return Page(
+            items=[subscription_out(row) for row in rows],
+            next_after=rows[-1].id if full else None,
+            next_after_matches=rows[-1].matches if full and by_matches else None,
+        )
 
     def count(self, caller: Caller, tenant: str | None = None) -> Counts:
         tenant = caller.tenant_for(tenant)

@@ -17,6 +17,7 @@ from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
 from app.settings import Settings
+from app.stats import MatchStats
 from app.sweep import ExpirySweep
 from app.work import Work
 from loader import Loader, RoutingTable
@@ -45,6 +46,8 @@ class Services:
     fair: FairSlots
     fair_python: FairSlots
     work: Work
+    #: What this process delivered, counted and flushed to the store (``app.stats``).
+    stats: MatchStats
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     #: The Health page's last hour, sampled from ``registry`` (``app.history``).
     history: History = field(default_factory=History)
@@ -80,8 +83,18 @@ class Services:
         sweeper = ExpirySweep(
             operations, loader, settings.expiry_sweep_interval, settings.expiry_sweep_rows
         )
+        stats = MatchStats(db, settings.stats_flush_interval, settings.stats_top)
         return cls(
-            settings, db, loader, operations, limiter, fair, fair_python, work, sweeper=sweeper
+            settings,
+            db,
+            loader,
+            operations,
+            limiter,
+            fair,
+            fair_python,
+            work,
+            stats,
+            sweeper=sweeper,
         )
 
     def start_in_background(self) -> threading.Thread:
@@ -105,6 +118,7 @@ class Services:
         return self.builder
 
     def close(self) -> None:
+        self.stats.stop()  # the last counts, before the store goes
         if self.sweeper is not None:
             self.sweeper.stop()
         self.loader.stop()

@@ -177,6 +177,21 @@ class Settings(BaseSettings):
     rate_limit_operator: bool = Field(
         False, description="Apply the rates to the admin token too (unlimited otherwise)."
     )
+    stats_flush_interval: float = Field(
+        10.0,
+        ge=0.05,
+        le=240,
+        description="Seconds between flushes of this process's match counts to the store "
+        "(subscription_stats); a process killed without its SIGTERM flush loses at most this "
+        "many seconds of counts.",
+    )
+    stats_top: int = Field(
+        10,
+        ge=0,
+        le=100,
+        description="The most matched subscriptions /metrics shows to the operator, one series "
+        "each (topicstore_subscription_matches; 0 = none).",
+    )
     audit_retention_days: int = Field(
         90, ge=0, le=36_500, description="Days the audit log keeps a row (0 = forever)."
     )

@@ -13,6 +13,7 @@ out or is stopped.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from app.auth import Caller
@@ -32,6 +33,7 @@ from topicstore.models import (
     Page,
     RedundantItem,
     RedundantOut,
+    SubscriptionOrder,
     Unmatched,
 )
 
@@ -155,11 +157,15 @@ def subscription_page(
     after: int | None = None,
     limit: int = 100,
     budget: Budget | None = None,
+    sort: SubscriptionOrder = "id",
+    after_matches: int | None = None,
+    unmatched_since: datetime | None = None,
 ) -> Page:
     """A listing's page, as ``GET /v1/subscriptions`` and ``sub ls`` ask for it: with
     ``overlaps`` or ``covered_by`` the routing table's search (``related_page``, spending
-    ``budget``; ``table`` is called only then), else the store's plain keyset page.
-    ``label`` is ``KEY=VALUE`` (the value compared as text)."""
+    ``budget``; ``table`` is called only then; id order only), else the store's plain
+    keyset page (by id, or most matched first). ``label`` is ``KEY=VALUE`` (the value
+    compared as text)."""
     filters: dict[str, Any] = {
         "tenant": tenant,
         "subscriber": subscriber,
@@ -169,10 +175,16 @@ def subscription_page(
         "label": None if label is None else _label(label),
         "after": after,
         "limit": limit,
+        "unmatched_since": unmatched_since,
     }
     search = _relation_of(overlaps, covered_by)
     if search is None:
-        return admin.page(caller, **filters)
+        return admin.page(caller, sort=sort, after_matches=after_matches, **filters)
+    if sort != "id" or after_matches is not None:
+        raise InvalidRequestError(
+            "an overlaps or covered_by search lists in id order: no sort=matches",
+            code="conflicting_filters",
+        )
     relation, pattern = search
     return related_page(
         table(), admin, caller, relation=relation, pattern=pattern, budget=budget, **filters
@@ -214,6 +226,7 @@ def related_page(
     after: int | None = None,
     limit: int = 100,
     budget: Budget | None = None,
+    unmatched_since: datetime | None = None,
 ) -> Page:
     """A keyset page of the tenant's subscriptions overlapping ``pattern`` or covered by it
     (``dialect``, default amqp): the ids come from the routing table (pruned search, exact
@@ -236,6 +249,7 @@ def related_page(
         dialect=dialect,
         ids=ids,
         limit=limit,
+        unmatched_since=unmatched_since,
     )
     return Page(items=page.items, next_after=resume)
 

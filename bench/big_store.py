@@ -70,7 +70,7 @@ def big_postgres(
         row = conn.execute("SELECT count(*) FROM subscription").fetchone()
         if row is not None and row[0] == count:
             return url
-        conn.execute("TRUNCATE subscription, change_log, tenant_usage")
+        conn.execute("TRUNCATE subscription, subscription_stats, change_log, tenant_usage")
         table = _columns(count, seed, shape)
         names = table.column_names
         with (

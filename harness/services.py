@@ -62,7 +62,11 @@ def reset_postgres(url: str) -> None:
     session's database starts from nothing."""
     db = Database(url)
     with db.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE subscription, change_log, audit_log, tenant_usage"))
+        conn.execute(
+            sa.text(
+                "TRUNCATE subscription, subscription_stats, change_log, audit_log, tenant_usage"
+            )
+        )
         conn.execute(sa.text("ALTER SEQUENCE subscription_id_seq RESTART"))
         conn.execute(sa.text("ALTER SEQUENCE change_log_seq RESTART"))
         conn.execute(sa.text("ALTER SEQUENCE audit_log_seq RESTART"))

@@ -210,6 +210,18 @@ class Database:
             hook(changes)
 
     @contextlib.contextmanager
+    def aside(self) -> Iterator[Session]:
+        """A transaction beside the admin write path, for what is no subscription change
+        (the match statistics' flush, ``store.stats``): no change log, no after-commit
+        hooks, and on PostgreSQL no writer lock, so replicas' flushes never queue behind
+        admin writes nor hold them up. On DuckDB (one process) it takes the in-process
+        writer lock for its few milliseconds: DuckDB's optimistic transactions would
+        otherwise fail a removal that deletes a statistics row a flush is writing."""
+        lock = contextlib.nullcontext() if self.is_postgres else self._local_writer
+        with lock, self.sessions.begin() as session:
+            yield session
+
+    @contextlib.contextmanager
     def read(self) -> Iterator[Session]:
         with self.sessions() as session:
             yield session

@@ -1,4 +1,5 @@
-"""Typed SQLAlchemy 2 models: the subscription table, its change log and the audit log.
+"""Typed SQLAlchemy 2 models: the subscription table, its change log, the audit log, the
+tenants' counts and the subscriptions' match statistics.
 
 One naming convention on the metadata keeps constraint names identical on PostgreSQL and
 DuckDB, so one alembic history serves both. Ids come from explicit sequences: DuckDB has no
@@ -123,6 +124,28 @@ class TenantUsage(Base):
 
     tenant: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
     subscriptions: Mapped[int] = mapped_column(sa.BigInteger)
+
+
+class SubscriptionStats(Base):
+    """How many deliveries a subscription has had and when the last was: every serving
+    process counts its own and adds them here every ``TOPICSTORE_STATS_FLUSH_INTERVAL``
+    seconds (``store.stats``), so the row is the sum over replicas and workers. Apart from
+    the subscription row on purpose: a flush touches neither the subscription table nor
+    the change log, and takes no writer lock. A subscription never matched has no row. Its
+    row goes with the subscription: ``ON DELETE CASCADE`` on PostgreSQL; DuckDB has no
+    cascade (nor this foreign key), so there the removal deletes it
+    (``store.repository``)."""
+
+    __tablename__ = "subscription_stats"
+
+    subscription_id: Mapped[int] = mapped_column(
+        sa.BigInteger,
+        sa.ForeignKey("subscription.id", ondelete="CASCADE"),
+        primary_key=True,
+        autoincrement=False,
+    )
+    matches: Mapped[int] = mapped_column(sa.BigInteger)
+    last_matched_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
 
 
 audit_seq = sa.Sequence("audit_log_seq", start=1, metadata=Base.metadata)

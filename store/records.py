@@ -84,6 +84,10 @@ class StoredSubscription(SubscriptionFields):
     id: int
     labels: dict[str, Any] | None
     created_at: datetime
+    #: Deliveries counted by the serving processes, as of their last flush
+    #: (``store.stats``), and the last one's time (None: never matched).
+    matches: int = 0
+    last_matched_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,14 @@ from store.columns import read_columns
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
 from store.staging import NEW_COLUMNS, QUOTE, SAME_KEY, insert_new, stage
+from store.stats import MATCHES, STATS, forget, with_stats
 
 _SUBSCRIPTION: Final = Subscription.__table__
 _TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
 #: Columns copied from a subscription into its change_log rows.
 _CHANGE_COLUMNS: Final = tuple(name for name in NEW_COLUMNS if name in ChangeLog.__table__.columns)
-_STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__)
+_STATS_FIELDS: Final = ("matches", "last_matched_at")  # in a row read ``with_stats``
+_STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__.keys() - _STATS_FIELDS)
 MAX_PAGE: Final = 1_000
 _CHANGE_SQL: Final = ", ".join(map(QUOTE, _CHANGE_COLUMNS))
 
@@ -40,9 +42,10 @@ def _live(now: datetime) -> sa.ColumnElement[bool]:
 
 def _stored(row: Any) -> StoredSubscription:
     """A ``StoredSubscription`` from a row holding its fields (by attribute: an ORM object
-    or a Core row)."""
+    or a Core row), with its statistics when the row has them (``with_stats``)."""
     values = {name: getattr(row, name) for name in _STORED_FIELDS}
     values["criteria"] = criteria_tuple(row.criteria)
+    values.update((name, getattr(row, name)) for name in _STATS_FIELDS if hasattr(row, name))
     return StoredSubscription(**values)
 
 
@@ -186,6 +189,8 @@ class SubscriptionRepository:
         row = self._core(_TABLE.delete().where(*where).returning(*_SUBSCRIPTION.c)).first()
         if row is None:
             return None
+        if not self._postgres:  # PostgreSQL's foreign key cascades
+            forget(self.session, sa.select(sa.literal(sub_id)))
         self._log_rows("remove", [row])
         self._count({row.tenant: -1})
         return _stored(row)
@@ -216,6 +221,7 @@ class SubscriptionRepository:
             query: sa.Executable = sa.select(gone.c.id, gone.c.tenant).add_cte(logged.cte("logged"))
         else:
             self._log("remove", sa.select(Subscription).where(*where))
+            forget(self.session, sa.select(Subscription.id).where(*where))
             query = removed_rows.returning(_TABLE.c.id, _TABLE.c.tenant)
         rows = self._core(query).all()
         deleted = [(int(i), str(t)) for i, t in map(tuple, rows)]
@@ -267,7 +273,7 @@ class SubscriptionRepository:
         where = [_SUBSCRIPTION.c.id == sub_id]
         if tenant is not None:
             where.append(_SUBSCRIPTION.c.tenant == tenant)
-        row = self._core(sa.select(_SUBSCRIPTION).where(*where)).first()
+        row = self._core(with_stats(sa.select(_SUBSCRIPTION)).where(*where)).first()
         return None if row is None else _stored(row)
 
     def page(
@@ -282,12 +288,18 @@ class SubscriptionRepository:
         ids: Sequence[int] | None = None,
         group: str | None = None,
         label: tuple[str, str] | None = None,
+        by_matches: bool = False,
+        after_matches: int = 0,
+        unmatched_since: datetime | None = None,
     ) -> list[StoredSubscription]:
-        """A page of subscriptions in id order, starting after ``after_id`` (keyset
-        pagination: stable under concurrent writes, O(page) at any depth); ``ids``: only
-        those (at most a page of them); ``group``: members of that shared-subscription
-        group; ``label``: (key, value) the labels hold, the value compared as text."""
-        query = sa.select(Subscription).order_by(Subscription.id).limit(min(limit, MAX_PAGE))
+        """A page of subscriptions with their statistics in id order after ``after_id``
+        (keyset pagination: O(page) at any depth); ``ids``: only those (at most a page);
+        ``group``: that group's members; ``label``: (key, value) the labels hold, compared
+        as text; ``unmatched_since``: not matched since then (never, or last before it).
+        ``by_matches``: most matched first, ties by id, after (``after_matches``,
+        ``after_id``): a top-``limit`` sort of every row the filters select (counts
+        change with every flush, so no index keeps them)."""
+        query = with_stats(sa.select(_SUBSCRIPTION)).limit(min(limit, MAX_PAGE))
         if tenant is not None:
             query = query.where(Subscription.tenant == tenant)
         if subscriber is not None:
@@ -303,13 +315,28 @@ class SubscriptionRepository:
         if label is not None:
             key, value = label
             query = query.where(Subscription.labels[key].as_string() == value)
-        if after_id is not None:
-            query = query.where(Subscription.id > after_id)
+        if unmatched_since is not None:
+            last = STATS.c.last_matched_at
+            query = query.where(sa.or_(last.is_(None), last < unmatched_since))
+        if by_matches:
+            matches = MATCHES
+            query = query.order_by(matches.desc(), Subscription.id)
+            if after_id is not None:
+                query = query.where(
+                    sa.or_(
+                        matches < after_matches,
+                        sa.and_(matches == after_matches, Subscription.id > after_id),
+                    )
+                )
+        else:
+            query = query.order_by(Subscription.id)
+            if after_id is not None:
+                query = query.where(Subscription.id > after_id)
         if ids is not None:
             if not ids:
                 return []
             query = query.where(Subscription.id.in_(list(ids)[:MAX_PAGE]))
-        return [_stored(row) for row in self.session.scalars(query)]
+        return [_stored(row) for row in self._core(query)]
 
     def count(self, tenant: str | None = None) -> dict[str, int]:
         """Subscription counts per dialect (``headers`` for content-based ones)."""

@@ -112,6 +112,16 @@ class SubscriptionOut(BaseModel):
         None, description="When it stops matching (null: never); past: awaiting the sweep."
     )
 
+    matches: int = Field(
+        0,
+        description="Deliveries to it (a match answer naming it; in a group, when it is the "
+        "member chosen), summed over every replica as of their last flush: up to "
+        "TOPICSTORE_STATS_FLUSH_INTERVAL seconds behind.",
+    )
+    last_matched_at: datetime | None = Field(
+        None, description="When the last counted delivery was (to the second); null: never."
+    )
+
 
 class ExpiryIn(BaseModel):
     """``PATCH /v1/subscriptions/{id}``: its new expiry, as an instant or a TTL from now;
@@ -190,9 +200,18 @@ class BulkOut(BaseModel):
     results: list[BulkItem]
 
 
+#: The order of a subscription listing: by id, or most matched first (ties by id).
+SubscriptionOrder = Literal["id", "matches"]
+
+
 class Page(BaseModel):
     items: list[SubscriptionOut]
     next_after: int | None = Field(description="Pass as ?after= for the next page; null: done.")
+    next_after_matches: int | None = Field(
+        None,
+        description="With sort=matches: pass as ?after_matches= beside ?after= for the next "
+        "page (null otherwise).",
+    )
 
 
 class Counts(BaseModel):

@@ -68,6 +68,12 @@ class DirectAdmin:
             return False
         return True
 
+    def get(self, sub_id: int) -> Item | None:
+        try:
+            return self.operations.get(sub_id, self.caller).model_dump(mode="json")
+        except NotFoundError:
+            return None
+
     def page(self, **filters: Any) -> list[Item]:
         from app.table_reads import subscription_page
 

@@ -89,6 +89,12 @@ class HttpAdmin:
             return False
         return True
 
+    def get(self, sub_id: int) -> Item | None:
+        try:
+            return self.client.get_subscription(sub_id).model_dump(mode="json")
+        except NotFoundError:
+            return None
+
     def page(self, **filters: Any) -> list[Item]:
         page = self.client.list_subscriptions(**filters)
         return [row.model_dump(mode="json") for row in page.items]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -24,6 +24,7 @@ from app.cli.options import (
     store_admin,
     table,
 )
+from app.cli.reads import _time
 
 sub = typer.Typer(
     help="Manage subscriptions (through the running service when it holds the store).",
@@ -138,12 +139,27 @@ def sub_ls(
     label: Annotated[
         str | None, typer.Option(help="Only subscriptions whose labels hold KEY=VALUE.")
     ] = None,
+    sort: Annotated[
+        str, typer.Option(help="id, or matches: most delivered first (ties by id).")
+    ] = "id",
+    after_matches: Annotated[
+        int | None,
+        typer.Option(help="With --sort matches: the MATCHES of the last row seen, with --after."),
+    ] = None,
+    unmatched_since: Annotated[
+        str | None,
+        typer.Option(help="Only those not matched since this ISO 8601 time (no offset: UTC)."),
+    ] = None,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List subscriptions in id order (the same fields, --json, direct or through the API).
-    With --overlaps or --covered-by (in --dialect, default amqp) a page may hold fewer rows
-    than --limit when other filters apply: continue with --after the last id seen."""
+    """List subscriptions in id order, or with --sort matches most matched first (the same
+    fields, --json, direct or through the API). MATCHES counts deliveries over every
+    replica as of their last flush. With --overlaps or --covered-by (in --dialect, default
+    amqp) a page may hold fewer rows than --limit when other filters apply: continue with
+    --after the last id seen."""
+    if sort not in ORDERS:
+        raise typer.BadParameter(f"one of {', '.join(ORDERS)}", param_hint="--sort")
     if dialect is not None:
         from store.records import HEADERS_DIALECT  # listings know headers subscriptions too
 
@@ -157,6 +173,8 @@ def sub_ls(
             ("covered_by", covered_by),
             ("group", group),
             ("label", label),
+            ("after_matches", after_matches),
+            ("unmatched_since", _time(unmatched_since, "--unmatched-since")),
         )
         if value is not None
     }
@@ -168,9 +186,29 @@ def sub_ls(
             dialect=dialect,
             after=after,
             limit=limit,
+            sort=sort,
             **related,
         )
-    header = ("ID", "SUBSCRIBER", "DIALECT", "PATTERN", "GROUP", "EXPIRES", "LABELS")
+    emit(rows, as_json, _listing(rows))
+
+
+#: What ``sub ls --sort`` takes (``topicstore.models.SubscriptionOrder``).
+ORDERS: Final = ("id", "matches")
+
+
+def _listing(rows: list[dict[str, Any]]) -> str:
+    """Subscriptions as a table for people (``sub ls``, ``sub get``)."""
+    header = (
+        "ID",
+        "SUBSCRIBER",
+        "DIALECT",
+        "PATTERN",
+        "GROUP",
+        "EXPIRES",
+        "LABELS",
+        "MATCHES",
+        "LAST",
+    )
     cells = [
         (
             str(r["id"]),
@@ -180,10 +218,23 @@ def sub_ls(
             f"{r['group']} ({r['group_policy']})" if r.get("group") else "-",
             r.get("expires_at") or "-",
             labels_text(r["labels"]),
+            str(r["matches"]),
+            (r["last_matched_at"] or "-")[:19].replace("T", " "),
         )
         for r in rows
     ]
-    emit(rows, as_json, table(header, cells) if cells else "(none)")
+    return table(header, cells) if cells else "(none)"
+
+
+@sub.command("get", short_help="One subscription with its match statistics.")
+def sub_get(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> None:
+    """One subscription with its match statistics (exit 1 when there is none)."""
+    with store_admin(api) as admin:
+        row = admin.get(sub_id)
+    if row is None:
+        typer.echo(f"error: not_found: no subscription {sub_id}", err=True)
+        raise typer.Exit(REFUSED)
+    emit(row, as_json, _listing([row]))
 
 
 @sub.command("redundant", short_help="Patterns another of the subscriber's covers.")

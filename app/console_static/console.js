@@ -281,6 +281,7 @@ function subscriptionRow(s) {
     h("td", {}, h("button", { type: "button", class: "link", title: `Show only ${shown(s.subscriber)}'s subscriptions`, onclick: () => filterBySubscriber(s.subscriber) }, nameNode(s.subscriber))),
     h("td", {}, s.dialect),
     h("td", { class: "mono" }, what), h("td", {}, groupCell(s)), labels,
+    h("td", { class: "num", title: s.last_matched_at ? `last matched ${s.last_matched_at}` : "never matched" }, fmt(s.matches)),
     h("td", { class: "col-opt", title: s.created_at }, s.created_at.replace("T", " ").slice(0, 19)),
     expiresCell(s.expires_at), h("td", {}, del));
 }
@@ -322,7 +323,7 @@ async function loadPage() {
   } catch (e) {
     if (serial !== loads.page) return;
     showError(error, e);
-    fillRows($("#subs-table"), [], 8, "-");
+    fillRows($("#subs-table"), [], 9, "-");
     paging.next = null;
   }
   $("#page-next").disabled = paging.next === null;

@@ -3,7 +3,8 @@ never blocking) unless their answer is large (``LARGE_MATCH``); large answers, e
 batches run off it in fair places (``app.fairness``), a batch in slices, so that none
 stalls other requests or other tenants. Explains and batches have a budget and stop when
 their client leaves (``app.work``). Answers are serialized with orjson straight to bytes;
-the declared models document the shape."""
+the declared models document the shape. Every answer counts what it delivers in the
+process's match statistics (``app.stats``); an explain delivers nothing and counts nothing."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def _answer(
     else:
         ids = tracing.routes(table, tenant, dialect, topic)
     if len(ids) < LARGE_MATCH:
-        return _json(delivery(table, tenant, ids, key))
+        return _json(delivery(table, tenant, ids, key, services.stats.counts))
     return _large_answer(services, caller, table, tenant, ids, key)
 
 
@@ -110,7 +111,10 @@ async def _large_answer(
     place for work holding the GIL and billed to the caller's match rate by its ids."""
     services.limiter.debit(MATCH, caller.tenant, len(ids) / STEPS_PER_MATCH)
     async with services.fair_python.slot(tenant):
-        content = await run_in_threadpool(lambda: orjson.dumps(delivery(table, tenant, ids, key)))
+        counts = services.stats.counts
+        content = await run_in_threadpool(
+            lambda: orjson.dumps(delivery(table, tenant, ids, key, counts))
+        )
     return Response(content, media_type="application/json")
 
 
@@ -235,6 +239,7 @@ async def _batch_parts(
                     None if keys is None else keys[start:end],
                     budget,
                     most - matched,
+                    services.stats.counts,
                 )
             matched += count
             if matched > most:
@@ -258,4 +263,4 @@ async def match_headers(
     ids = table.header_routes(tenant, body.headers)
     if body.key is None and table.groups.has_groups(tenant):
         key = orjson.dumps(body.headers, option=orjson.OPT_SORT_KEYS).decode()
-    return _json(delivery(table, tenant, ids, key))
+    return _json(delivery(table, tenant, ids, key, services.stats.counts))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -25,6 +25,7 @@ from app.services import Services
 from loader import RoutingTable
 from loader.readiness import probe
 from store.records import MAX_NAME_BYTES
+from store.stats import Hot
 from topicstore.models import (
     CallerOut,
     Health,
@@ -89,18 +90,30 @@ def readyz(services: ServicesDep, caller: OptionalCaller, response: Response) ->
     )
 
 
-def _tenant_series(sizes: Mapping[tuple[str, str], int]) -> bytes:
-    family = GaugeMetricFamily(
+def _operator_series(sizes: Mapping[tuple[str, str], int], hot: Sequence[Hot]) -> bytes:
+    """The series only the operator sees: subscriptions per tenant and dialect, and the
+    most matched subscriptions (at most ``TOPICSTORE_STATS_TOP`` series, so the labels'
+    cardinality stays bounded whatever the store holds)."""
+    tenants = GaugeMetricFamily(
         "topicstore_tenant_subscriptions",
         "Subscriptions per tenant and dialect (one series each in use; operator token only)",
         labels=["tenant", "dialect"],
     )
     for (tenant, dialect), size in sorted(sizes.items()):
-        family.add_metric([tenant, dialect], size)
+        tenants.add_metric([tenant, dialect], size)
+    matches = GaugeMetricFamily(
+        "topicstore_subscription_matches",
+        "Deliveries of the most matched subscriptions, summed over every replica as of "
+        "their last flush (the top TOPICSTORE_STATS_TOP; operator token only)",
+        labels=["id", "tenant", "subscriber"],
+    )
+    for row in hot:
+        matches.add_metric([str(row.id), row.tenant, row.subscriber], row.matches)
 
     class _Once(Collector):
         def collect(self) -> Iterable[GaugeMetricFamily]:
-            yield family
+            yield tenants
+            yield matches
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Once())
@@ -110,11 +123,14 @@ def _tenant_series(sizes: Mapping[tuple[str, str], int]) -> bytes:
 @router.get("/metrics", response_class=Response, responses=documented(401))
 def metrics(services: ServicesDep, caller: OptionalCaller) -> Response:
     """Prometheus text format: global series for anyone; with the operator's token also
-    ``topicstore_tenant_subscriptions{tenant=..., dialect=...}`` (give the scraper that token, e.g.
-    Prometheus ``authorization: {credentials: ...}``, to get them)."""
+    ``topicstore_tenant_subscriptions{tenant=..., dialect=...}`` and the most matched
+    subscriptions, ``topicstore_subscription_matches{id=..., tenant=..., subscriber=...}``
+    (give the scraper that token, e.g. Prometheus ``authorization: {credentials: ...}``, to
+    get them)."""
     text = generate_latest(services.registry)
     if _is_operator(caller):
-        text += _tenant_series(services.loader.table.sizes())
+        hot = services.stats.most_matched()
+        text += _operator_series(services.loader.table.sizes(), hot)
     return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
@@ -259,6 +275,23 @@ class ServiceCollector(Collector):
             "topicstore_shadow_disagreements",
             "Shadow checks where an engine disagreed with the answering one (a bug)",
             value=loader.shadow.disagreements,
+        )
+        stats = self.services.stats
+        yield CounterMetricFamily(
+            "topicstore_stats_flushes",
+            "Flushes of this process's match counts to the store that wrote "
+            "(TOPICSTORE_STATS_FLUSH_INTERVAL)",
+            value=stats.flushes,
+        )
+        yield CounterMetricFamily(
+            "topicstore_stats_flush_failures",
+            "Flushes of the match counts that failed (their counts wait for the next one)",
+            value=stats.failures,
+        )
+        yield GaugeMetricFamily(
+            "topicstore_stats_pending",
+            "Subscriptions with deliveries counted by this process and not flushed yet",
+            value=len(stats.counts),
         )
         if loader.ready.is_set():
             yield GaugeMetricFamily(

@@ -33,8 +33,10 @@ from topicstore.models import (
     RedundantOut,
     StoredDialect,
     SubscriptionIn,
+    SubscriptionOrder,
     SubscriptionOut,
 )
+from topicstore.times import YEARS, Time
 
 router = APIRouter(
     prefix="/v1", tags=["subscriptions"], responses=documented(400, 401, 422, 429, 503)
@@ -189,8 +191,39 @@ async def list_subscriptions(
             examples=["stock.*.msft"],
         ),
     ] = None,
+    sort: Annotated[
+        SubscriptionOrder,
+        Query(
+            description="``id``, or ``matches``: most delivered first, ties by id (not with "
+            "``overlaps`` or ``covered_by``)."
+        ),
+    ] = "id",
+    after_matches: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            lt=2**63,
+            description="With sort=matches: the previous page's ``next_after_matches``, "
+            "given together with ``after`` (one without the other, or this without "
+            "sort=matches: 422 ``incomplete_cursor``).",
+        ),
+    ] = None,
+    unmatched_since: Annotated[
+        Time | None,
+        Query(
+            description="Only subscriptions not matched since this time: never matched, or "
+            "last matched before it. An RFC 3339 date-time with an offset (``Z`` for UTC), "
+            f"written in a year from {YEARS.start} to {YEARS.stop - 1} (else 422 "
+            "``time_out_of_range``).",
+            examples=["2026-11-01T00:00:00Z"],
+        ),
+    ] = None,
 ) -> Page:
-    """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back).
+    """A page of subscriptions in id order (keyset pagination: pass ``next_after`` back),
+    or with ``sort=matches`` most matched first (pass ``next_after`` and
+    ``next_after_matches`` back; the counts are the store's, flushed by every replica each
+    ``TOPICSTORE_STATS_FLUSH_INTERVAL``: a count that grows between two pages may move a
+    subscription across the cursor).
 
     With ``overlaps`` or ``covered_by`` the ids come from the routing table's pruned search,
     decided exactly within ``TOPICSTORE_OVERLAP_BUDGET`` steps per page, in one of the fair
@@ -215,6 +248,9 @@ async def list_subscriptions(
             after=after,
             limit=limit,
             budget=budget,
+            sort=sort,
+            after_matches=after_matches,
+            unmatched_since=unmatched_since,
         )
 
     if overlaps is None and covered_by is None:

@@ -4,11 +4,11 @@ fuzzer generates as valid.
 JSON Schema cannot state a limit in UTF-8 bytes (``maxLength`` counts characters; the
 document says the limit is in bytes), one query parameter's rule that depends on another's
 value (a topic valid in the ``dialect`` parameter's grammar; ``overlaps`` and ``covered_by``
-exclusive, and only in a topic dialect; a group policy only with a group), or a list as long
-as another (a batch's ``keys`` and ``topics``). The descriptions say them; a client reading
-the descriptions does not send a request that breaks them, so a generated request that does
-is dropped. Each rule is
-asked of the service's own code (the grammar, the group rule), never restated here.
+exclusive, and only in a topic dialect; a group policy only with a group; the listing's
+cursor by matches in two parts), or a list as long as another (a batch's ``keys`` and
+``topics``). The descriptions say them; a client reading the descriptions does not send a
+request that breaks them, so a generated request that does is dropped. Each rule is asked
+of the service's own code (the grammar, the group rule), never restated here.
 
 Only positive cases are filtered: a negative one is refused whatever else it breaks, which
 is what its check wants. ``schemathesis.toml`` loads this module for ``st run``;
@@ -136,6 +136,19 @@ def _group_rules(body: Mapping[str, Any]) -> bool:
     return body.get("group_policy") is None or group is not None or shared is not None
 
 
+def _listing(query: Mapping[str, Any]) -> bool:
+    """The listing's searches (``_one_search_in_a_topic_dialect``), and its order: with
+    ``sort=matches`` no search, and ``after`` with ``after_matches`` or neither; without
+    it no ``after_matches``."""
+    if query.get("sort") == "matches":
+        searched = "overlaps" in query or "covered_by" in query
+        if searched or ("after" in query) != ("after_matches" in query):
+            return False
+    elif "after_matches" in query:
+        return False
+    return _one_search_in_a_topic_dialect(query)
+
+
 def _subscription(body: Any) -> bool:
     """A topic subscription's pattern valid in its dialect; labels within their JSON size;
     the group's rules."""
@@ -183,7 +196,7 @@ def _dict(value: Any) -> Mapping[str, Any]:
 _QUERY_RULES: Final[dict[str, Callable[[Mapping[str, Any]], bool]]] = {
     "GET /v1/match": _topic_in_dialect,
     "GET /v1/match/explain": _topic_in_dialect,
-    "GET /v1/subscriptions": _one_search_in_a_topic_dialect,
+    "GET /v1/subscriptions": _listing,
 }
 _BODY_RULES: Final[dict[str, Callable[[Any], bool]]] = {
     "POST /v1/match": lambda body: _topic_in_dialect(_dict(body)),

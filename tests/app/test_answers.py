@@ -4,7 +4,10 @@ answers as dicts, and the batch answer of a real routing table, with and without
 
 from __future__ import annotations
 
+import itertools
+import time
 from array import array
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -12,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app._answers import encode_answers
+from app._answers import MatchCounts, encode_answers
 from app.delivery import batch
 from loader import RoutingTable
 from matcher import MatcherError
@@ -68,9 +71,78 @@ def test_the_encoder_writes_what_orjson_writes(
         else:
             counts.append(len(answer))
             ids.extend(answer)
-    encoded, matched = encode_answers(counts, ids, errors, by_id, far)
+    delivered = MatchCounts()
+    encoded, matched = encode_answers(counts, ids, errors, by_id, far, delivered)
     assert encoded == orjson.dumps(_reference(answers, by_id, far))[1:-1]
     assert matched == len(ids)
+    # Every answered id is counted once per answer naming it (the list's ids in arrays,
+    # the others in the map); a drain takes them and starts again from zero.
+    assert _drained(delivered) == Counter(ids)
+    assert len(delivered) == 0 and _drained(delivered) == Counter()
+
+
+def _drained(delivered: MatchCounts) -> Counter[int]:
+    """A drain's counts per id (an id may come twice: once from the arrays, once from
+    the map)."""
+    found: Counter[int] = Counter()
+    ids, counts, lasts = delivered.drain()
+    assert len(ids) == len(counts) == len(lasts)
+    for sub_id, count in zip(ids, counts, strict=True):
+        found[sub_id] += count
+    return found
+
+
+@given(
+    rounds=st.lists(
+        st.tuples(st.lists(IDS, max_size=20), st.integers(0, 100), st.booleans()), max_size=8
+    )
+)
+def test_match_counts_count_every_id_and_put_back_what_a_drain_took(
+    rounds: list[tuple[list[int], int, bool]],
+) -> None:
+    """Counting against a plain Counter, the dense bound moving between calls (the arrays
+    grow past ids the map already holds), drains in between, and a drain put back (a failed
+    flush) adding to what was counted since."""
+    counted = MatchCounts()
+    expected: Counter[int] = Counter()
+    for ids, dense, drain in rounds:
+        counted.add(ids, dense)
+        expected.update(ids)
+        if drain:
+            taken = counted.drain()
+            assert _counts_of(taken) == expected
+            counted.restore(*taken)
+    assert _drained(counted) == expected
+
+
+def _counts_of(taken: tuple[array[int], array[int], array[int]]) -> Counter[int]:
+    found: Counter[int] = Counter()
+    for sub_id, count in zip(taken[0], taken[1], strict=True):
+        found[sub_id] += count
+    return found
+
+
+def test_match_counts_keep_the_second_of_the_last_delivery() -> None:
+    counted = MatchCounts()
+    counted.restore([5, 70_000], [2, 3], [100, 200])
+    counted.restore([5, 70_000], [1, 1], [50, 300])
+    ids, counts, lasts = counted.drain()
+    assert sorted(zip(ids, counts, lasts, strict=True)) == [(5, 3, 100), (70_000, 4, 300)]
+    before = int(time.time())
+    counted.add([5, 5], 10)
+    counted.add([70_000], 10)
+    ids, counts, lasts = counted.drain()
+    after = int(time.time())
+    assert sorted(zip(ids, counts, strict=True)) == [(5, 2), (70_000, 1)]
+    assert all(before - 1 <= last <= after for last in lasts)  # the coarse clock may lag
+
+
+def test_a_count_past_what_its_word_holds_moves_to_the_map_whole() -> None:
+    """A word holds 2**24 - 1 deliveries: the next ones go on counting, none lost."""
+    counted = MatchCounts()
+    many = 2**24 + 5
+    counted.add(itertools.repeat(7, many), 10)
+    assert _drained(counted) == Counter({7: many})
 
 
 def _add(

@@ -98,7 +98,7 @@ def test_replicas_converge_through_notifications(
 ) -> None:
     a, b = Database(postgres_url), Database(postgres_url)
     with a.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE subscription, change_log, tenant_usage"))
+        conn.execute(sa.text("TRUNCATE subscription, subscription_stats, change_log, tenant_usage"))
     replica_a, replica_b = started(a), started(b)
     new = _add(a, Sub("q", "orders.#"))[0]
     eventually(lambda: new in replica_b.table.match("default", "amqp", "orders.eu.1"))
@@ -171,7 +171,7 @@ def test_writers_commit_in_sequence_order(postgres_url: str) -> None:
     ``Database.write()``, whose writers hold an advisory lock until they commit."""
     db = Database(postgres_url)
     with db.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE subscription, change_log, tenant_usage"))
+        conn.execute(sa.text("TRUNCATE subscription, subscription_stats, change_log, tenant_usage"))
     dsn = libpq_dsn(postgres_url)
     insert = (
         "INSERT INTO change_log (op, subscription_id, tenant, subscriber, pattern, dialect, kind)"
@@ -226,7 +226,7 @@ def test_listener_reconnects_and_catches_up(
 ) -> None:
     local, remote = Database(postgres_url), Database(postgres_url)
     with local.engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE subscription, change_log, tenant_usage"))
+        conn.execute(sa.text("TRUNCATE subscription, subscription_stats, change_log, tenant_usage"))
     loader = started(local)
     stop = threading.Event()
     written: list[int] = []

@@ -17,6 +17,8 @@ from migrations.runner import HEAD, alembic_config, downgrade, recorded_revision
 from store import Database
 from store.models import Base
 
+TABLES = {"subscription", "change_log", "audit_log", "tenant_usage", "subscription_stats"}
+
 
 def _tables(db: Database) -> set[str]:
     return set(sa.inspect(db.engine).get_table_names()) - {"alembic_version"}
@@ -47,7 +49,7 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
 def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
     db = empty_database
     upgrade(db.url)
-    assert _tables(db) == {"subscription", "change_log", "audit_log", "tenant_usage"}
+    assert _tables(db) == TABLES
     # The schema the migrations build is the schema the models describe.
     for table in Base.metadata.sorted_tables:
         expected = {c.name: bool(c.nullable) for c in table.columns}
@@ -56,7 +58,7 @@ def test_upgrade_downgrade_upgrade(empty_database: Database) -> None:
     downgrade(db.url, "base")
     assert _tables(db) == set()
     upgrade(db.url)
-    assert _tables(db) == {"subscription", "change_log", "audit_log", "tenant_usage"}
+    assert _tables(db) == TABLES
 
 
 def test_alembic_check_finds_no_drift_on_postgres() -> None:

@@ -111,15 +111,18 @@ class AsyncClient:
             await self._sleep(wait)
             attempt += 1
 
-    async def _items(self, page: Callable[[int | None], Call[Paged[Item]]]) -> AsyncIterator[Item]:
-        after: int | None = None
+    async def _items(
+        self, page: Callable[[Paged[Item] | None], Call[Paged[Item]]]
+    ) -> AsyncIterator[Item]:
+        """Every item of a keyset listing: ``page`` makes the call for the page after the
+        one it is given (None: the first)."""
+        answer: Paged[Item] | None = None
         while True:
-            answer = await self.send(page(after))
+            answer = await self.send(page(answer))
             for item in answer.items:
                 yield item
             if answer.next_after is None:
                 return
-            after = answer.next_after
 
     # -- operations ----------------------------------------------------------------------
 
@@ -175,18 +178,24 @@ class AsyncClient:
         self,
         *,
         after: int | None = None,
+        after_matches: int | None = None,
         limit: int = 100,
         **filters: Unpack[SubscriptionFilters],
     ) -> Page:
-        """One page in id order; ``iter_subscriptions`` walks them all."""
-        return await self.send(calls.list_subscriptions(after=after, limit=limit, **filters))
+        """One page in id order (or ``sort="matches"``: most matched first, the cursor
+        ``after`` with ``after_matches``); ``iter_subscriptions`` walks them all."""
+        call = calls.list_subscriptions(
+            after=after, after_matches=after_matches, limit=limit, **filters
+        )
+        return await self.send(call)
 
     def iter_subscriptions(
         self, *, page_size: int = PAGE_SIZE, **filters: Unpack[SubscriptionFilters]
     ) -> AsyncIterator[SubscriptionOut]:
-        """Every subscription the filters select, in id order, a page at a time."""
+        """Every subscription the filters select, in id order (or ``sort="matches"``: most
+        matched first), a page at a time."""
         return self._items(
-            lambda after: calls.list_subscriptions(after=after, limit=page_size, **filters)
+            lambda previous: calls.next_subscriptions(previous, limit=page_size, **filters)
         )
 
     async def count_subscriptions(self, tenant: str | None = None) -> Counts:
@@ -270,7 +279,13 @@ class AsyncClient:
     def iter_audit(
         self, *, page_size: int = PAGE_SIZE, **filters: Unpack[AuditFilters]
     ) -> AsyncIterator[AuditOut]:
-        return self._items(lambda after: calls.audit_page(after=after, limit=page_size, **filters))
+        return self._items(
+            lambda previous: calls.audit_page(
+                after=None if previous is None else previous.next_after,
+                limit=page_size,
+                **filters,
+            )
+        )
 
     async def analytics(
         self, query: str, *, limit: int | None = None, bucket: AnalyticsBucket = "hour"

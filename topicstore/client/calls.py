@@ -46,6 +46,7 @@ from topicstore.models import (
     SnapshotOut,
     StoredDialect,
     SubscriptionIn,
+    SubscriptionOrder,
     SubscriptionOut,
 )
 
@@ -97,6 +98,8 @@ class SubscriptionFilters(TypedDict, total=False):
     label: str | None
     overlaps: str | None
     covered_by: str | None
+    sort: SubscriptionOrder | None
+    unmatched_since: datetime | None
 
 
 class AuditFilters(TypedDict, total=False):
@@ -223,10 +226,29 @@ def delete_subscription(sub_id: int) -> Call[None]:
 
 
 def list_subscriptions(
-    *, after: int | None = None, limit: int = 100, **filters: Unpack[SubscriptionFilters]
+    *,
+    after: int | None = None,
+    after_matches: int | None = None,
+    limit: int = 100,
+    **filters: Unpack[SubscriptionFilters],
 ) -> Call[Page]:
-    query = _query(**filters, after=after, limit=limit)
+    """A page of subscriptions; with ``sort="matches"`` the cursor is ``after`` and
+    ``after_matches`` together (a page's ``next_after`` and ``next_after_matches``)."""
+    query = _query(**filters, after=after, after_matches=after_matches, limit=limit)
     return Call("GET", "/v1/subscriptions", _model(Page), query=query)
+
+
+def next_subscriptions(
+    previous: Paged[SubscriptionOut] | None, *, limit: int, **filters: Unpack[SubscriptionFilters]
+) -> Call[Page]:
+    """The listing's page after ``previous`` (the first when None), its cursor passed
+    back (both parts with ``sort="matches"``)."""
+    if previous is None:
+        return list_subscriptions(limit=limit, **filters)
+    after_matches = previous.next_after_matches if isinstance(previous, Page) else None
+    return list_subscriptions(
+        after=previous.next_after, after_matches=after_matches, limit=limit, **filters
+    )
 
 
 def count_subscriptions(tenant: str | None = None) -> Call[Counts]:

@@ -110,14 +110,15 @@ class Client:
             self._sleep(wait)
             attempt += 1
 
-    def _items(self, page: Callable[[int | None], Call[Paged[Item]]]) -> Iterator[Item]:
-        after: int | None = None
+    def _items(self, page: Callable[[Paged[Item] | None], Call[Paged[Item]]]) -> Iterator[Item]:
+        """Every item of a keyset listing: ``page`` makes the call for the page after the
+        one it is given (None: the first)."""
+        answer: Paged[Item] | None = None
         while True:
-            answer = self.send(page(after))
+            answer = self.send(page(answer))
             yield from answer.items
             if answer.next_after is None:
                 return
-            after = answer.next_after
 
     # -- operations ----------------------------------------------------------------------
 
@@ -173,18 +174,24 @@ class Client:
         self,
         *,
         after: int | None = None,
+        after_matches: int | None = None,
         limit: int = 100,
         **filters: Unpack[SubscriptionFilters],
     ) -> Page:
-        """One page in id order; ``iter_subscriptions`` walks them all."""
-        return self.send(calls.list_subscriptions(after=after, limit=limit, **filters))
+        """One page in id order (or ``sort="matches"``: most matched first, the cursor
+        ``after`` with ``after_matches``); ``iter_subscriptions`` walks them all."""
+        call = calls.list_subscriptions(
+            after=after, after_matches=after_matches, limit=limit, **filters
+        )
+        return self.send(call)
 
     def iter_subscriptions(
         self, *, page_size: int = PAGE_SIZE, **filters: Unpack[SubscriptionFilters]
     ) -> Iterator[SubscriptionOut]:
-        """Every subscription the filters select, in id order, a page at a time."""
+        """Every subscription the filters select, in id order (or ``sort="matches"``: most
+        matched first), a page at a time."""
         return self._items(
-            lambda after: calls.list_subscriptions(after=after, limit=page_size, **filters)
+            lambda previous: calls.next_subscriptions(previous, limit=page_size, **filters)
         )
 
     def count_subscriptions(self, tenant: str | None = None) -> Counts:
@@ -266,7 +273,13 @@ class Client:
     def iter_audit(
         self, *, page_size: int = PAGE_SIZE, **filters: Unpack[AuditFilters]
     ) -> Iterator[AuditOut]:
-        return self._items(lambda after: calls.audit_page(after=after, limit=page_size, **filters))
+        return self._items(
+            lambda previous: calls.audit_page(
+                after=None if previous is None else previous.next_after,
+                limit=page_size,
+                **filters,
+            )
+        )
 
     def analytics(
         self, query: str, *, limit: int | None = None, bucket: AnalyticsBucket = "hour"
