@@ -151,10 +151,10 @@ def test_match_prints_one_subscriber_a_line(tmp_path: Path) -> None:
     }
     listed = run_cli(tmp_path, "sub", "ls")
     assert listed.stdout.splitlines() == [
-        "ID  SUBSCRIBER  DIALECT  PATTERN  GROUP  LABELS  MATCHES  LAST",
-        "1   alice       amqp     a.*      -      team=x  0        -",
-        "2   grace,inc   amqp     a.#      -      team=x  0        -",
-        "3   bob         amqp     b.#      -      team=x  0        -",
+        "ID  SUBSCRIBER  DIALECT  PATTERN  GROUP  EXPIRES  LABELS  MATCHES  LAST",
+        "1   alice       amqp     a.*      -      -        team=x  0        -",
+        "2   grace,inc   amqp     a.#      -      -        team=x  0        -",
+        "3   bob         amqp     b.#      -      -        team=x  0        -",
     ]
 
 
