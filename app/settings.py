@@ -81,7 +81,7 @@ class Settings(BaseSettings):
         False, description="Log every request (the metrics count them either way)."
     )
     analytics_dir: Path | None = Field(
-        None, description="A `topicstore route` output directory for /v1/analytics."
+        None, description="A routed table (`topicstore route --out`) for /v1/analytics."
     )
     analytics_subscriptions: Path | None = Field(
         None, description="A subscriptions export, for the never-matched analytics query."

@@ -43,7 +43,8 @@ def route(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", help="Output directory: deliveries/, unmatched/, rejects/, summary.json."
+            "--out",
+            help="The routed table (Delta): deliveries, unmatched and rejects; replaced.",
         ),
     ],
     subscriptions: Annotated[
@@ -123,7 +124,7 @@ def route(
         f"{summary.unmatched:,} unmatched, {summary.rejected:,} rejected; "
         f"{summary.subscriptions:,} subscriptions ({summary.subscriptions_rejected:,} rejected)"
     )
-    typer.echo(f"summary: {out / 'summary.json'}")
+    typer.echo(f"summary: {out / '_summary.json'} (table version {summary.table_version})")
 
 
 def class_archive_file(setting: str, environ: Mapping[str, str]) -> Path | None:
@@ -183,7 +184,7 @@ def analytics(
     ],
     deliveries: Annotated[
         Path,
-        typer.Option("--deliveries", help="A route output directory (or its deliveries/)."),
+        typer.Option("--deliveries", help="A routed table (a route or stream --out)."),
     ],
     subscriptions: Annotated[
         Path | None,
@@ -200,8 +201,12 @@ def analytics(
     bucket: Annotated[
         str, typer.Option("--bucket", help=f"timeline bucket: {', '.join(BUCKETS)}.")
     ] = "hour",
+    as_of: Annotated[
+        int | None,
+        typer.Option("--as-of", min=0, help="Read this version of the table (default: newest)."),
+    ] = None,
 ) -> None:
-    """Query a route output with DuckDB (in memory; the service's database is never opened)."""
+    """Query a routed table with DuckDB (in memory; the service's database is never opened)."""
     if chart is not None:
         from pipeline.charts import CHARTS  # matplotlib loads only for charts
 
@@ -212,7 +217,7 @@ def analytics(
             )
     try:
         result = run_query(
-            query, deliveries, subscriptions=subscriptions, limit=limit, bucket=bucket
+            query, deliveries, subscriptions=subscriptions, limit=limit, bucket=bucket, as_of=as_of
         )
         if chart is not None:
             from pipeline.charts import write_chart

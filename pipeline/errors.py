@@ -44,7 +44,7 @@ class UnknownQueryError(_FixedCodeError):
 
 
 class MissingDeliveriesError(_FixedCodeError):
-    """The path given as the job's output holds no ``deliveries/`` table."""
+    """The path given as the job's output holds no routed table (no ``_delta_log/``)."""
 
     code = "no_deliveries"
 
@@ -59,6 +59,12 @@ class InvalidBucketError(_FixedCodeError):
     """A time bucket ``timeline`` does not know."""
 
     code = "invalid_bucket"
+
+
+class UnknownVersionError(_FixedCodeError):
+    """``as_of`` names a version the routed table does not have (or no longer has)."""
+
+    code = "unknown_version"
 
 
 class NoChartError(_FixedCodeError):

@@ -13,7 +13,12 @@ from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.refusals import NotConfiguredError, NotFoundError, OperatorOnlyError, ServiceError
 from pipeline.analytics import BUCKETS, QUERIES, run_query
-from pipeline.errors import MissingDeliveriesError, MissingSubscriptionsError, PipelineError
+from pipeline.errors import (
+    MissingDeliveriesError,
+    MissingSubscriptionsError,
+    PipelineError,
+    UnknownVersionError,
+)
 from topicstore.models import AnalyticsOut
 
 router = APIRouter(prefix="/v1", tags=["analytics"])
@@ -39,9 +44,14 @@ def analytics(
     services: ServicesDep,
     limit: Annotated[int | None, Query(ge=1, le=10_000, description="Rows of a ranking.")] = None,
     bucket: Annotated[Bucket, Query(description="timeline's time bucket.")] = "hour",
+    as_of: Annotated[
+        int | None,
+        Query(ge=0, description="The routed table's version to read (default: the newest)."),
+    ] = None,
 ) -> Response:
     """Deliveries per subscriber or tenant, fan-out, hot topics, the unmatched rate over
-    time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a route output)."""
+    time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a routed table),
+    over the table's newest committed version or ``as_of`` an earlier one."""
     if caller.tenant is not None:
         raise OperatorOnlyError("analytics span every tenant: use the admin token")
     root = services.settings.analytics_dir
@@ -53,9 +63,11 @@ def analytics(
         )
     subscriptions = services.settings.analytics_subscriptions
     try:
-        result = run_query(query, root, subscriptions=subscriptions, limit=limit, bucket=bucket)
+        result = run_query(
+            query, root, subscriptions=subscriptions, limit=limit, bucket=bucket, as_of=as_of
+        )
     except PipelineError as e:
-        if isinstance(e, MissingDeliveriesError | MissingSubscriptionsError):
+        if isinstance(e, MissingDeliveriesError | MissingSubscriptionsError | UnknownVersionError):
             raise NotFoundError(e.message, code=e.code) from e
         raise ServiceError(e.message, code=e.code) from e
     body = {"query": query, "columns": list(result.columns), "rows": result.records()}

@@ -39,8 +39,14 @@ def test_route_command(spark: SparkSession, tmp_path: Path) -> None:
         "routed 4 messages" in result.output
         and "3 deliveries, 1 unmatched, 1 rejected" in result.output
     )
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary = json.loads((out / "_summary.json").read_text(encoding="utf-8"))
     assert summary["matched"] == 2 and summary["rejects_by_reason"] == {"malformed_row": 1}
+    # DuckDB reads the committed table: m1 reached alice and bob, m3 alice.
+    tenants = CliRunner().invoke(app, ["analytics", "tenants", "--deliveries", str(out), "--json"])
+    assert tenants.exit_code == 0, tenants.output
+    assert json.loads(tenants.stdout) == [
+        {"tenant": "default", "deliveries": 3, "messages": 2, "subscribers": 2}
+    ]
     assert SparkSession.getActiveSession() is spark  # the caller's session keeps running
 
     refused = CliRunner().invoke(

@@ -257,6 +257,11 @@ class AsyncClient:
         return self._items(lambda after: calls.audit_page(after=after, limit=page_size, **filters))
 
     async def analytics(
-        self, query: str, *, limit: int | None = None, bucket: AnalyticsBucket = "hour"
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        bucket: AnalyticsBucket = "hour",
+        as_of: int | None = None,
     ) -> AnalyticsOut:
-        return await self.send(calls.analytics(query, limit, bucket))
+        return await self.send(calls.analytics(query, limit, bucket, as_of))

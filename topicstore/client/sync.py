@@ -253,6 +253,11 @@ class Client:
         return self._items(lambda after: calls.audit_page(after=after, limit=page_size, **filters))
 
     def analytics(
-        self, query: str, *, limit: int | None = None, bucket: AnalyticsBucket = "hour"
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        bucket: AnalyticsBucket = "hour",
+        as_of: int | None = None,
     ) -> AnalyticsOut:
-        return self.send(calls.analytics(query, limit, bucket))
+        return self.send(calls.analytics(query, limit, bucket, as_of))
