@@ -71,6 +71,34 @@ def route(
             "(default: the embedded DuckDB file).",
         ),
     ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep routing files as they land in the --messages directory (a stream "
+            "appending to --out, exactly once per file; see --checkpoint).",
+        ),
+    ] = False,
+    available_now: Annotated[
+        bool,
+        typer.Option(
+            "--available-now",
+            help="As --follow, but route the files landed so far, then stop.",
+        ),
+    ] = False,
+    trigger_interval: Annotated[
+        float,
+        typer.Option(
+            "--trigger-interval", min=0.1, max=3600, help="--follow: seconds between batches."
+        ),
+    ] = 1.0,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="--follow: the stream's checkpoint directory (default: OUT/_checkpoint).",
+        ),
+    ] = None,
     class_archive: Annotated[
         str,
         typer.Option(
@@ -96,6 +124,22 @@ def route(
     ours = SparkSession.getActiveSession() is None  # a caller's session is left running
     spark = spark_session(master, class_archive=class_archive_file(class_archive, os.environ))
     try:
+        if follow or available_now:
+            from pipeline.stream import StreamJob
+            from pipeline.stream import run as run_stream
+
+            stream = StreamJob(
+                landing=messages,
+                out=out,
+                checkpoint=checkpoint,
+                subscriptions=subscriptions,
+                database_url=database_url or DEFAULT_DATABASE_URL,
+                engine=engine,
+                available_now=available_now,
+                trigger_interval_s=trigger_interval,
+            )
+            run_stream(spark, stream, lambda progress: typer.echo(progress.line()))
+            return
         summary = run(
             spark,
             RouteJob(
@@ -109,6 +153,9 @@ def route(
     except (PipelineError, StoreError) as e:
         typer.echo(f"error: {e.code}: {e.message}", err=True)
         raise typer.Exit(2) from e
+    except KeyboardInterrupt:  # --follow runs until it is interrupted
+        typer.echo("stopped", err=True)
+        return
     except AnalysisException as e:  # e.g. PATH_NOT_FOUND: a --messages path not there
         code = (e.getCondition() or "analysis_error").lower()
         message = str(e).strip().splitlines()[0] if str(e).strip() else code

@@ -52,7 +52,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from matcher import HeaderLimits, Limits
-from pipeline import delta, io
+from pipeline import delta, io, transforms
 from pipeline.codes import DEFAULT_ENGINE, MAX_OUTPUT_ROWS
 from pipeline.session import JOB_SQL_CONF
 from pipeline.staging import plan_subscriptions, reason_counts, stage_routed
@@ -143,7 +143,7 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
         limits=job.limits,
         header_limits=job.header_limits,
     )
-    messages = io.read_messages(spark, job.messages)
+    messages = transforms.normalize_messages(io.read_messages(spark, job.messages))
     staged = delta.stage(out, "route")
     broadcast = spark.sparkContext.broadcast(snapshot.plan)
     stages.done("plan")

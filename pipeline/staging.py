@@ -102,14 +102,14 @@ def stage_routed(
     staged: Path,
     max_output_rows: int,
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """Route ``messages`` (as read, not yet normalized) against the broadcast ``plan`` and
+    """Route ``messages`` (``transforms.normalize_messages``) against the broadcast ``plan`` and
     write every routed row, and ``sub_rejects``, under ``staged``. Returns the totals
     (``transforms.routed_totals``) and the rejected messages by reason.
 
     The caller owns the broadcast: a stream keeps one per snapshot, so the executors fetch
     the subscriptions once per change of the store, not once per micro-batch."""
     routed = transforms.route(
-        _spread(transforms.normalize_messages(messages), _parallelism(messages.sparkSession)),
+        _spread(messages, _parallelism(messages.sparkSession)),
         plan,
         max_output_rows,
     )

@@ -112,8 +112,9 @@ def _headers(column: Column, data_type: DataType) -> Column:
     )
 
 
-def normalize_messages(messages: DataFrame) -> DataFrame:
-    """``messages`` in the ``ROUTE_INPUT`` layout, every malformed row marked with a reason.
+def normalize_messages(messages: DataFrame, keep: tuple[str, ...] = ()) -> DataFrame:
+    """``messages`` in the ``ROUTE_INPUT`` layout, every malformed row marked with a reason
+    (and the ``keep`` columns after it, as they are: a stream's file times).
 
     Required columns: ``message_id``, ``topic``, ``ts``. Optional, and passed on only when
     present: ``tenant`` (default ``default``), ``dialect`` (``amqp``, ``mqtt`` or ``nats``;
@@ -128,7 +129,9 @@ def normalize_messages(messages: DataFrame) -> DataFrame:
         raise MissingColumnError(
             f"messages have no {', '.join(missing)} column (need message_id, topic, ts)"
         )
-    originals = [sf.col(name) for name in messages.columns if name != CORRUPT_COLUMN]
+    originals = [
+        sf.col(name) for name in messages.columns if name != CORRUPT_COLUMN and name not in keep
+    ]
     message_id = _text(sf.col("message_id"), "message_id", types["message_id"])
     topic = _text(sf.col("topic"), "topic", types["topic"])
     ts_in = sf.col("ts")
@@ -222,6 +225,7 @@ def normalize_messages(messages: DataFrame) -> DataFrame:
         sf.make_valid_utf8(detail).alias("detail"),
         sf.when(reason.isNotNull(), sf.make_valid_utf8(original)).alias("raw"),
         *(shown(column).alias(name) for name, column in optional.items()),
+        *keep,
     )
 
 
