@@ -32,7 +32,6 @@ if TYPE_CHECKING:  # DuckDB loads when a query runs, not when the CLI builds its
 from pipeline.errors import (
     InvalidBucketError,
     MissingColumnError,
-    MissingDeliveriesError,
     MissingSubscriptionsError,
     UnknownQueryError,
 )
@@ -91,17 +90,6 @@ _VIEWS: Final = {
 }
 
 
-def locate(path: Path) -> Path:
-    """The routed table at ``path``: a route output, or a directory under it (the
-    ``deliveries/`` a user may name out of habit)."""
-    for candidate in (path, path.parent):
-        if (candidate / "_delta_log").is_dir():
-            return candidate
-    raise MissingDeliveriesError(
-        f"{path} is not a routed table (no _delta_log/): give a `topicstore route --out` directory"
-    )
-
-
 def _subscriptions_view(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
     source = f"read_parquet({_quote(path)})"
     present = {row[0] for row in conn.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
@@ -127,7 +115,7 @@ def open_tables(
 
     from pipeline import delta
 
-    rows = delta.dataset(locate(deliveries), as_of)
+    rows = delta.dataset(delta.locate_table(deliveries), as_of)
     conn = duckdb.connect(":memory:")
     try:
         conn.execute("SET TimeZone = 'UTC'")

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.errors import PipelineError, UnknownVersionError
+from pipeline.errors import MissingDeliveriesError, PipelineError, UnknownVersionError
 
 #: Values of the ``kind`` partition.
 DELIVERIES: Final = "deliveries"
@@ -77,6 +77,17 @@ def is_table(path: Path) -> bool:
     from deltalake import DeltaTable
 
     return (path / "_delta_log").is_dir() and DeltaTable.is_deltatable(str(path))
+
+
+def locate_table(path: Path) -> Path:
+    """The routed table at ``path``: a route output, or a directory under it (the
+    ``deliveries/`` a user may name out of habit)."""
+    for candidate in (path, path.parent):
+        if (candidate / "_delta_log").is_dir():
+            return candidate
+    raise MissingDeliveriesError(
+        f"{path} is not a routed table (no _delta_log/): give a `topicstore route --out` directory"
+    )
 
 
 def stage(table: Path, label: str) -> Path:
