@@ -139,6 +139,7 @@ def route(
                 trigger_interval_s=trigger_interval,
             )
             run_stream(spark, stream, lambda progress: typer.echo(progress.line()))
+            class_archive_complete()  # batches ran: the JVM's class archive is worth keeping
             return
         summary = run(
             spark,

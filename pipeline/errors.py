@@ -1,6 +1,6 @@
 """Exceptions of the pipeline package: problems with a whole input (a missing column, an
 unreadable path) or with a request (an unknown query), never with a single row; malformed
-rows go to ``rejects/`` instead.
+rows become reject rows of the routed table instead.
 
 Each kind of refusal has its own class with a fixed ``code``, so a caller (the API, the
 command line) decides by class, and the code strings stay what clients already see.

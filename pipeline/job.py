@@ -20,7 +20,7 @@ with ``--as-of``)::
 Re-running commits a new version that replaces the rows; ``_summary.json`` is removed when a
 run starts and written once it has committed. A run that fails removes its staged files.
 
-Bounds, each enforced where the row enters and reported by code in ``rejects/``:
+Bounds, each enforced where the row enters and reported by code as a reject row:
 
 * topics: the matcher's ``Limits`` (``RouteJob.limits``; 255 UTF-8 bytes and 256 words by
   default, AMQP's routing key): ``topic_too_long``, ``too_many_words``, ``nul_byte``, and
