@@ -22,14 +22,19 @@ setup: $(STAMP)
 # wrk drives the API load test (bench/tests/test_api_load.py) and chromium the web console's
 # browser tests (tests/app/test_console.py, through Playwright: never `playwright install`),
 # both required on CI: installed from Debian when running as root without them, as CI does.
-# Elsewhere those tests are skipped, saying how to install what is missing.
+# Elsewhere those tests are skipped, saying how to install what is missing. apt-get waits
+# (up to APT_LOCK_TIMEOUT seconds) for the package lock another apt or dpkg holds, rather
+# than failing at once; a tool it cannot install is named.
 TOOLS := wrk:wrk chromium:chromium
+APT_LOCK_TIMEOUT ?= 600
+APT_GET = DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_LOCK_TIMEOUT)
 tools:
 	@for tool in $(TOOLS); do command=$${tool%%:*}; package=$${tool#*:}; \
 		command -v $$command >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$package >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$package >/dev/null; } \
-		|| exit 1; done
+		$(APT_GET) install -y -qq $$package >/dev/null || \
+		{ $(APT_GET) update -qq && $(APT_GET) install -y -qq $$package >/dev/null; } || \
+		{ echo "make tools: could not install $$command (apt-get install $$package failed;" \
+			"its error is above)" >&2; exit 1; }; done
 
 # The service on the embedded DuckDB default (./data/), in development mode: it prints the
 # URL, the docs URL and the admin token it made. Set TOPICSTORE_ADMIN_TOKEN (and

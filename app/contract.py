@@ -17,14 +17,14 @@ violation."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from fastapi import FastAPI
 
 from app.settings import Settings
 from matcher import DIALECTS
 from matcher.grammar import unseen_characters_class
-from matcher.groups import MAX_GROUP_BYTES, MAX_KEY_BYTES
+from matcher.groups import MAX_GROUP_BYTES, MAX_KEY_BYTES, Policy
 from matcher.headers import HeaderLimits
 from store.records import (
     CONTROL_CHARACTERS,
@@ -77,6 +77,27 @@ def _title(names: list[str], model: str) -> str:
     return "".join(name.title() for name in names) + model
 
 
+def _group_fields() -> dict[str, Any]:
+    """``group`` and ``group_policy`` as ``matcher.groups.check_group`` and
+    ``check_policy`` read them; the cross-field rules are in the descriptions."""
+    group = _text(
+        MAX_GROUP_BYTES,
+        f"^[^\\u0000-\\u0020\\u007f/+#{unseen_characters_class()}]*$",
+        minLength=1,
+        description=f"Shared subscription: one member per group receives each match. 1 to "
+        f"{MAX_GROUP_BYTES} UTF-8 bytes, no '/', '+', '#', whitespace, control or format "
+        "character. An MQTT filter '$share/{group}/{filter}' sets it too; a group field "
+        "naming another group is refused (group_mismatch).",
+    )
+    policy = {
+        "enum": list(get_args(Policy)),
+        "description": "How the group's member is chosen; only with a group "
+        "(policy_without_group). Omitted: the group's current policy, or 'random' for a new "
+        "group; another one than the group's is refused (409 group_policy_conflict).",
+    }
+    return {"group": _nullable(group), "group_policy": _nullable(policy)}
+
+
 def _subscription_in(settings: Settings) -> dict[str, Any]:
     """``SubscriptionIn`` as the service reads it: a topic subscription or a headers one,
     each with only its own fields; the topic ones split by whether the dialect takes the
@@ -91,6 +112,7 @@ def _subscription_in(settings: Settings) -> dict[str, Any]:
         "subscriber": name,
         "tenant": _nullable(_text(MAX_NAME_BYTES, NO_CONTROLS)),
         "labels": _nullable({"$ref": "#/components/schemas/Labels"}),
+        **_group_fields(),
     }
     topic_fields = {
         **common,

@@ -1,16 +1,19 @@
 """The FastAPI application: wiring only (routers, error envelope, documentation pages, the
-web console, edge checks, metrics, the ``POST /v1/match`` fast path, and the services'
-lifecycle)."""
+web console, edge checks, metrics and their history, the ``POST /v1/match`` fast path, and
+the services' lifecycle)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import ModuleType
 
 from fastapi import FastAPI
 
 from app import console, contract, docs, errors, fastpath
-from app.auth import secure
+from app.auth import ConfigurationError, secure
+from app.history import sample_every
 from app.middleware import EdgeChecks, Metrics, RequestId, StrictQuery
 from app.ratelimit import RateLimitCollector
 from app.routers import analytics, audit, match, ops, subscriptions
@@ -41,9 +44,13 @@ def create_app(
             services.loader.start()
         else:
             services.start_in_background()
+        sampler = asyncio.create_task(
+            sample_every(services.history, services.registry, settings.history_interval)
+        )
         try:
             yield
         finally:
+            sampler.cancel()
             # The server has waited its grace period for the requests in flight: what
             # work is left stops at its next step, so no worker thread holds up the exit.
             services.work.stop_all()
@@ -83,4 +90,25 @@ def create_app(
     app.add_middleware(Metrics, registry=services.registry)
     app.add_middleware(EdgeChecks, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestId)  # outermost: even an edge refusal carries the id
+    if settings.tracing_on():
+        services.tracing = _tracing().install(app, services.db.engine, settings)
     return app
+
+
+class TracingUnavailableError(ConfigurationError):
+    """Tracing is on, but the ``tracing`` extra is not installed."""
+
+    code = "tracing_unavailable"
+
+
+def _tracing() -> ModuleType:
+    """``app.tracing``, imported only now: with tracing off, none of OpenTelemetry's SDK is
+    loaded and nothing of it is in the stack."""
+    try:
+        from app import tracing
+    except ImportError as e:
+        raise TracingUnavailableError(
+            f"TOPICSTORE_TRACING needs the OpenTelemetry packages ({e.name} is missing): "
+            "pip install 'topicstore[tracing]'"
+        ) from e
+    return tracing

@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry
 
 from app import heap
 from app.fairness import PYTHON_PLACES, FairSlots
+from app.history import History
 from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
@@ -20,6 +21,9 @@ from app.work import Work
 from loader import Loader, RoutingTable
 from migrations.runner import upgrade
 from store import Database
+
+if TYPE_CHECKING:
+    from app.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +45,13 @@ class Services:
     fair_python: FairSlots
     work: Work
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    #: The Health page's last hour, sampled from ``registry`` (``app.history``).
+    history: History = field(default_factory=History)
     failure: BaseException | None = field(default=None)
     builder: threading.Thread | None = field(default=None)
+    #: Set by ``create_app`` when tracing is on (``Settings.tracing_on``), else None: the
+    #: match routes put their spans through it only then (``app.tracing``).
+    tracing: Tracing | None = field(default=None)
 
     @classmethod
     def open(cls, settings: Settings) -> Services:
@@ -89,6 +98,8 @@ class Services:
     def close(self) -> None:
         self.loader.stop()
         self.db.dispose()
+        if self.tracing is not None:
+            self.tracing.shutdown()
 
     def table(self) -> RoutingTable:
         """The routing table, or 503 while it is being built."""

@@ -3,6 +3,7 @@ variables (or a ``.env`` file); libraries below take explicit parameters instead
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -77,14 +78,24 @@ class Settings(BaseSettings):
         Path("data/dev-admin-token"),
         description="Development mode keeps its made-up token here, so the CLI can use it.",
     )
+    history_interval: float = Field(
+        10.0,
+        ge=0.05,
+        le=3600,
+        description="Seconds between the samples of the metrics kept for the console's "
+        "Health graphs (GET /v1/metrics/history: the last 360 samples, an hour at 10 s).",
+    )
     access_log: bool = Field(
         False, description="Log every request (the metrics count them either way)."
     )
     analytics_dir: Path | None = Field(
-        None, description="A routed table (`topicstore route --out`) for /v1/analytics."
+        Path("data/routed"),
+        description="A routed table (`topicstore route --out`) for /v1/analytics (None = off).",
     )
     analytics_subscriptions: Path | None = Field(
-        None, description="A subscriptions export, for the never-matched analytics query."
+        Path("data/subscriptions.parquet"),
+        description="A subscriptions export (`topicstore export`), for the never-matched "
+        "analytics query.",
     )
     spark_class_archive: str = Field(
         "",
@@ -169,6 +180,14 @@ class Settings(BaseSettings):
     audit_retention_days: int = Field(
         90, ge=0, le=36_500, description="Days the audit log keeps a row (0 = forever)."
     )
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry traces of requests and their store statements, exported "
+        "as the OTEL_* variables say (OTEL_SDK_DISABLED=true turns them off again).",
+    )
+    trace_topics: bool = Field(
+        False, description="Put the topic text on match spans (never there otherwise)."
+    )
 
     @model_validator(mode="after")
     def _bound_above_the_poll(self) -> Settings:
@@ -185,6 +204,12 @@ class Settings(BaseSettings):
             max_pattern_bytes=self.max_topic_bytes,
             max_hash_wildcards=self.max_hash_wildcards,
         )
+
+    def tracing_on(self) -> bool:
+        """``tracing``, unless ``OTEL_SDK_DISABLED`` is true (OpenTelemetry's own switch,
+        which operators set to silence every instrumented service at once)."""
+        disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+        return self.tracing and not disabled
 
     def rates(self) -> dict[str, Rate | None]:
         """The rate limiter's buckets per kind, as configured (a rate of 0 is no limit)."""

@@ -14,7 +14,7 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,14 +94,20 @@ class Service:
 
 
 @contextmanager
-def serve(workdir: Path, engines: Sequence[str] | None = None) -> Iterator[Service]:
+def serve(
+    workdir: Path,
+    engines: Sequence[str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Iterator[Service]:
     """``topicstore serve`` with a DuckDB file under ``workdir`` (and ``engines`` when given,
-    else the service's default); returns once it answers ``/healthz``, stops it on exit."""
+    else the service's default; ``extra`` settings, named without the prefix); returns once
+    it answers ``/healthz``, stops it on exit."""
     token = secrets.token_hex(24)
     settings = {
         "database_url": f"duckdb:///{workdir / 'topicstore.duckdb'}",
         "admin_token": token,
         "reconcile_interval": str(RECONCILE_INTERVAL_S),
+        **(extra or {}),
     }
     if engines:
         settings["engines"] = orjson.dumps(list(engines)).decode()
@@ -163,7 +169,7 @@ def _check_fan_outs(service: Service) -> None:
                 raise RuntimeError(f"fan{n} topics matched {sorted(counts)} subscriptions")
 
 
-def _fan_out_row(n: int, result: LoadResult, base: float) -> list[Cell]:
+def _fan_out_row(n: int, result: LoadResult, cpu_us: float, base: float) -> list[Cell]:
     ratio = result.rate / base if base else 0.0
     target = n == FAN_OUT_TARGET
     return [
@@ -171,6 +177,7 @@ def _fan_out_row(n: int, result: LoadResult, base: float) -> list[Cell]:
         result.rate,
         result.p50_ms,
         result.p99_ms,
+        cpu_us,
         result.rate,
         ratio,
         f">= {MATCH_RATIO_TARGET}x /healthz" if target else "(reported)",
@@ -197,6 +204,7 @@ def run_api_load(
     client: str = "auto",
     engines: Sequence[str] | None = None,
     seed: int = 0,
+    settings: Mapping[str, str] | None = None,
 ) -> Table:
     """Start the service, load ``subscriptions`` through the bulk API, then measure
     ``/healthz``, ``/v1/match`` and ``/v1/match/batch`` (``batch_topics`` per request) for
@@ -205,7 +213,8 @@ def run_api_load(
     The endpoints take turns, ``rounds`` times after a warm-up round, and each keeps its
     fastest round, so a burst of other work on the machine hits all three alike and a
     ratio compares like with like. ``engines`` sets ``TOPICSTORE_ENGINES`` (default: the
-    service's own default)."""
+    service's own default); ``settings``, other settings of the service (``{"tracing":
+    "true"}``: its cost, docs/operations.md#tracing)."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     if not 1 <= batch_topics <= LOAD_BATCH:
@@ -218,6 +227,7 @@ def run_api_load(
             Column("requests/s", chart=True),
             Column("p50 ms", "{:,.2f}"),
             Column("p99 ms", "{:,.2f}"),
+            Column("server CPU µs", "{:,.0f}"),
             Column("topics/s"),
             Column("x /healthz", "{:,.2f}"),
             Column("target", "{}"),
@@ -230,7 +240,7 @@ def run_api_load(
     single, batched = work.topics[:BODIES], work.topics[BODIES:]
     with tempfile.TemporaryDirectory(prefix="topicstore-api-load-") as tmp:
         workdir = Path(tmp)
-        with serve(workdir, engines) as service:
+        with serve(workdir, engines, settings) as service:
             started = time.perf_counter()
             ids = load_subscriptions(service, work.subscriptions)
             load_s = time.perf_counter() - started
@@ -279,34 +289,53 @@ def run_api_load(
                 run_load(target, WARMUP_S, connections, workdir / "warmup", client=client)
             load_avg = os.getloadavg()[0]
             results: dict[str, LoadResult] = {}
+            cpu: dict[str, float] = {}  # the server's CPU µs per request in the kept round
             for round_ in range(rounds):
                 for name, target in targets.items():
+                    before = service.server.cpu_seconds()
                     result = _measure(target, seconds, connections, workdir / f"r{round_}", client)
+                    spent = service.server.cpu_seconds() - before
                     if name not in results or result.rate > results[name].rate:
                         results[name] = result
+                        cpu[name] = 1e6 * spent / max(1, result.requests)
     engines_note = ", ".join(engines) if engines else "the service default"
     base = results[HEALTHZ].rate
     match, batch = results[MATCH], results[BATCH]
     match_ratio = match.rate / base if base else 0.0
     batch_rate = batch.rate * batch_topics
     table.rows = [
-        [HEALTHZ, base, results[HEALTHZ].p50_ms, results[HEALTHZ].p99_ms, None, 1.0, "", ""],
+        [
+            HEALTHZ,
+            base,
+            results[HEALTHZ].p50_ms,
+            results[HEALTHZ].p99_ms,
+            cpu[HEALTHZ],
+            None,
+            1.0,
+            "",
+            "",
+        ],
         [
             MATCH,
             match.rate,
             match.p50_ms,
             match.p99_ms,
+            cpu[MATCH],
             match.rate,
             match_ratio,
             f">= {MATCH_RATIO_TARGET}x /healthz",
             "yes" if match_ratio >= MATCH_RATIO_TARGET else "no",
         ],
-        *(_fan_out_row(n, results[fan_out_label(n)], base) for n in FAN_OUTS),
+        *(
+            _fan_out_row(n, results[fan_out_label(n)], cpu[fan_out_label(n)], base)
+            for n in FAN_OUTS
+        ),
         [
             f"{BATCH} ({batch_topics:,})",
             batch.rate,
             batch.p50_ms,
             batch.p99_ms,
+            cpu[BATCH],
             batch_rate,
             None,
             f">= {BATCH_TOPICS_TARGET:,} topics/s",
@@ -318,6 +347,7 @@ def run_api_load(
                 results[label].rate,
                 results[label].p50_ms,
                 results[label].p99_ms,
+                cpu[label],
                 results[label].rate * batch_topics,
                 None,
                 "(reported)",
@@ -331,6 +361,9 @@ def run_api_load(
         f"{connections} keep-alive connections; the endpoints take turns, {rounds} x "
         f"{seconds:g} s after a {WARMUP_S:g} s warm-up, best round kept (its p50/p99, per "
         f"request at that concurrency); load average {load_avg:.1f} when measuring began.",
+        "server CPU µs: the server process's user and system CPU (all its threads) per "
+        "request answered in the kept round, a figure the machine's other load inflates "
+        "far less than the rates.",
         f"server: `topicstore serve` as shipped, one uvicorn worker (one process; the box has "
         f"{os.cpu_count()} cores, shared with the client), DuckDB in a temporary directory, "
         f"engines {engines_note}, access log off (the default), match auth on (bearer token).",
@@ -343,4 +376,8 @@ def run_api_load(
         f"(n subscribers for each of {BODIES} k), topics `fan{{n}}.{{k}}.x`, each checked to "
         f"match exactly n; the 0.7x target is stated at {FAN_OUT_TARGET} matches per topic.",
     ]
+    if settings:
+        table.notes.append(
+            "settings: " + ", ".join(f"TOPICSTORE_{k.upper()}={v}" for k, v in settings.items())
+        )
     return table

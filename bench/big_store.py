@@ -2,8 +2,9 @@
 ``topicstore_1m`` on the local server, or a DuckDB file. Rows go in with one COPY (or one
 Arrow insert), not through the API: the startup bench measures reading them, not writing.
 
-Rows are distinct ``market_subscriptions`` (five-word AMQP patterns, 1,000 subscribers, tenant
-``default``) with ids 1..count; the change log is left empty (seq 0), as after a bulk import
+Rows are distinct pairs of one shape of ``harness.workloads`` (``market``: five-word AMQP
+patterns, 1,000 subscribers; ``mixed``: 3 to 6 words over 3,000, 50,000 subscribers), tenant
+``default``, with ids 1..count; the change log is left empty (seq 0), as after a bulk import
 whose log was compacted.
 """
 
@@ -18,10 +19,11 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from harness.scratch_db import DEFAULT_ADMIN_URL, libpq_dsn
-from harness.workloads import market_subscriptions
+from harness.workloads import market_subscriptions, mixed_subscriptions
 from migrations.runner import upgrade
 
 BIG_DATABASE: Final = "topicstore_1m"
+SHAPES: Final = {"market": market_subscriptions, "mixed": mixed_subscriptions}
 BIG_COUNT: Final = 1_000_000
 #: Rows written here bypass the repository, which keeps ``tenant_usage``: count them.
 _RECOUNT: Final = (
@@ -30,14 +32,14 @@ _RECOUNT: Final = (
 )
 
 
-def stored_pairs(count: int, seed: int) -> list[tuple[str, str]]:
+def stored_pairs(count: int, seed: int, shape: str = "market") -> list[tuple[str, str]]:
     """The ``(subscriber, pattern)`` of the store's rows, in id order."""
     # A few pairs repeat (the unique key would refuse them): draw a little more, keep firsts.
-    return list(dict.fromkeys(market_subscriptions(count + count // 50 + 100, seed)))[:count]
+    return list(dict.fromkeys(SHAPES[shape](count + count // 50 + 100, seed)))[:count]
 
 
-def _columns(count: int, seed: int) -> pa.Table:
-    pairs = stored_pairs(count, seed)
+def _columns(count: int, seed: int, shape: str) -> pa.Table:
+    pairs = stored_pairs(count, seed, shape)
     return pa.table(
         {
             "id": pa.array(range(1, count + 1), pa.int64()),
@@ -50,10 +52,14 @@ def _columns(count: int, seed: int) -> pa.Table:
     )
 
 
-def big_postgres(count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -> str:
-    """The URL of ``topicstore_1m`` (``topicstore_<count>`` for another count) holding
-    exactly ``count`` rows (made if missing or of another size)."""
+def big_postgres(
+    count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL, shape: str = "market"
+) -> str:
+    """The URL of ``topicstore_1m`` (``topicstore_<count>`` for another count, with a
+    ``_mixed`` suffix for that shape) holding exactly ``count`` rows (made if missing or of
+    another size)."""
     name = BIG_DATABASE if count == BIG_COUNT else f"topicstore_{count}"
+    name += "" if shape == "market" else f"_{shape}"
     url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     with psycopg.connect(libpq_dsn(admin_url), autocommit=True) as admin:
         exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
@@ -65,7 +71,7 @@ def big_postgres(count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT
         if row is not None and row[0] == count:
             return url
         conn.execute("TRUNCATE subscription, change_log, tenant_usage")
-        table = _columns(count, seed)
+        table = _columns(count, seed, shape)
         names = table.column_names
         with (
             conn.cursor() as cursor,
@@ -83,7 +89,7 @@ def big_postgres(count: int = BIG_COUNT, seed: int = 0, admin_url: str = DEFAULT
     return url
 
 
-def big_duckdb(path: Path, count: int = BIG_COUNT, seed: int = 0) -> str:
+def big_duckdb(path: Path, count: int = BIG_COUNT, seed: int = 0, shape: str = "market") -> str:
     """The URL of a DuckDB file at ``path`` holding exactly ``count`` rows."""
     import duckdb
 
@@ -95,7 +101,7 @@ def big_duckdb(path: Path, count: int = BIG_COUNT, seed: int = 0) -> str:
         if row is not None and row[0] == count:
             return url
         conn.execute("DELETE FROM subscription")
-        rows = _columns(count, seed).drop_columns(["id"])  # the sequence numbers them
+        rows = _columns(count, seed, shape).drop_columns(["id"])  # the sequence numbers them
         conn.register("big_rows", rows)
         names = ", ".join(rows.column_names)
         conn.execute(f"INSERT INTO subscription ({names}) SELECT {names} FROM big_rows")

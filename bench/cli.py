@@ -13,17 +13,25 @@ import typer
 from bench.tables import TABLES
 from matcher import ENGINES
 
-app = typer.Typer(add_completion=False)
+#: Plain help, as the ``topicstore`` command line writes it (``app.cli``): no boxes, no
+#: ``<bool>`` after a flag, paragraphs re-wrapped to the terminal.
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
 
-@app.command()
+def _tables_text() -> str:
+    """The tables, one paragraph each (click re-wraps each to the terminal on its own)."""
+    return "Tables:\n\n" + "\n\n".join(
+        f"{name}: {table.description}" for name, table in TABLES.items()
+    )
+
+
+@app.command(epilog=_tables_text())
 def bench(
     tables: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[TABLE]...",
-            help="Tables to run (default all): "
-            + "; ".join(f"{name}: {table.description}" for name, table in TABLES.items()),
+            metavar="TABLE",
+            help="Tables to run (default all; listed below).",
             show_default=False,
         ),
     ] = None,

@@ -23,12 +23,12 @@ from typing import Final
 import httpx
 import orjson
 
-from bench.big_store import big_duckdb, big_postgres
+from bench.big_store import big_duckdb, big_postgres, stored_pairs
 from bench.percentiles import percentile
 from bench.report import Column, Table
 from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable
 from harness.server import free_port, service_environment, topicstore_command
-from harness.workloads import market_workload
+from harness.workloads import drawn_topics
 
 READY_TIMEOUT_S: Final = 600.0
 #: Idle seconds after ready before the steady figure is read (settling, the first poll).
@@ -37,6 +37,10 @@ SETTLE_S: Final = 3.0
 MATCH_S: Final = 10.0
 #: The reconciliation interval during the second latency phase.
 RECONCILE_EVERY_S: Final = 2.0
+SHAPE_NOTES: Final = {
+    "market": "five-word patterns, 1,000 subscribers",
+    "mixed": "3-6 words over 3,000, 1 in 7 with a *, 1 in 50 ending in #, 50,000 subscribers",
+}
 #: Targets (issue 13).
 READY_TARGET_S: Final = 5.0
 RSS_TARGET_MB: Final = 400.0
@@ -180,9 +184,11 @@ def _measure(url: str, reconcile_s: float, topics: list[str], *, restart: bool) 
     return run
 
 
-def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -> Table:
+def run_startup(
+    count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL, shape: str = "mixed"
+) -> Table:
     """Startup to ready, memory and match latency with/without reconciliation, at ``count``
-    subscriptions, on PostgreSQL and on DuckDB."""
+    subscriptions of ``shape`` (``bench.big_store.SHAPES``), on PostgreSQL and on DuckDB."""
     table = Table(
         name="startup",
         title=f"The service at {count:,} subscriptions: startup, memory, reconciliation",
@@ -202,15 +208,15 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
         ],
         unit="seconds",
     )
-    topics = market_workload(min(count, 10_000), 64, seed).topics
+    topics = drawn_topics([p for _, p in stored_pairs(min(count, 10_000), seed, shape)], 64, seed)
     stores: list[tuple[str, str]] = []
     if postgres_reachable(admin_url):
-        stores.append(("postgresql", big_postgres(count, seed, admin_url)))
+        stores.append(("postgresql", big_postgres(count, seed, admin_url, shape)))
     else:
         table.notes.append(f"PostgreSQL skipped: not reachable at {admin_url}")
     # Kept between runs like the PostgreSQL database: made once, reused.
-    duck = Path(tempfile.gettempdir()) / f"topicstore-big-{count}.duckdb"
-    stores.append(("duckdb", big_duckdb(duck, count, seed)))
+    duck = Path(tempfile.gettempdir()) / f"topicstore-big-{count}-{shape}.duckdb"
+    stores.append(("duckdb", big_duckdb(duck, count, seed, shape)))
     for store, url in stores:
         for reconcile_s, label in (
             (86_400.0, "off"),
@@ -240,8 +246,8 @@ def run_startup(count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL) -
         f"targets: ready <= {READY_TARGET_S:g} s, steady RSS <= {RSS_TARGET_MB:g} MB, "
         f"peak <= {PEAK_RATIO_TARGET:g}x steady, match p99 with reconciliation <= "
         f"{P99_RATIO_TARGET:g}x without.",
-        f"{count:,} market subscriptions (one tenant, AMQP, 1,000 subscribers) already in the "
-        "store; ready = spawn to /readyz 200 (Python start and imports included); ready after "
+        f"{count:,} {shape} subscriptions (one tenant, AMQP; {SHAPE_NOTES[shape]}) already in "
+        "the store; ready = spawn to /readyz 200 (Python start and imports included); ready after "
         "kill -9 = the same for a new server once the first was SIGKILLed; CPU = the "
         "server's user + system seconds until then (what a calm machine's wall time would "
         "approach: this box is shared); steady = "

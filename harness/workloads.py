@@ -184,6 +184,30 @@ def market_subscriptions(count: int, seed: int) -> list[tuple[str, str]]:
     return out
 
 
+#: The mixed store's vocabulary and subscribers (issue 30's startup shape).
+MIXED_WORDS: Final = 3_000
+MIXED_SUBSCRIBERS: Final = 50_000
+
+
+def mixed_subscriptions(count: int, seed: int) -> list[tuple[str, str]]:
+    """``(subscriber, pattern)`` pairs shaped like an operator's store rather than one
+    application's: patterns of 3 to 6 words over a 3,000-word vocabulary, 1 in 7 with a
+    ``*`` at a random position, 1 in 50 (less those) ending in ``#``, 50,000
+    subscribers. Unlike the market patterns the words do not sit at fixed positions, so the
+    engines' tries branch wider; the startup bench's input."""
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(MIXED_WORDS)]
+    out = []
+    for i in range(count):
+        parts = [rng.choice(vocabulary) for _ in range(rng.randint(3, 6))]
+        if i % 7 == 0:
+            parts[rng.randrange(len(parts))] = "*"
+        elif i % 50 == 1:
+            parts[-1] = "#"
+        out.append((f"c{rng.randrange(MIXED_SUBSCRIBERS)}", ".".join(parts)))
+    return out
+
+
 def topic_for(pattern: str, filler: Sequence[str], rng: random.Random) -> str:
     """A topic ``pattern`` matches: each ``*`` takes the word of ``filler`` at its position,
     each ``#`` zero to two of ``filler``'s words from there."""
@@ -217,6 +241,16 @@ def market_workload(count: int, topics: int, seed: int = DEFAULT_SEED) -> Market
     sources = [rng.randrange(count) for _ in range(topics)]
     drawn = [topic_for(subs[k][1], rng.choice(concrete).split("."), rng) for k in sources]
     return MarketWorkload(subs, drawn, sources)
+
+
+def drawn_topics(patterns: Sequence[str], topics: int, seed: int = DEFAULT_SEED) -> list[str]:
+    """``topics`` topics, each drawn from a random one of ``patterns`` (its wildcards filled
+    with the words of a random concrete pattern), so each matches at least its source."""
+    rng = random.Random(seed + 1)
+    concrete = [p for p in patterns if "*" not in p and "#" not in p] or ["a.b.c.d.e"]
+    return [
+        topic_for(rng.choice(patterns), rng.choice(concrete).split("."), rng) for _ in range(topics)
+    ]
 
 
 def dense_pattern(rng: random.Random) -> str:

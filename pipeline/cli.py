@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,10 +25,17 @@ from pipeline.analytics import BUCKETS, QUERIES, QueryResult, run_query
 from pipeline.codes import DEFAULT_ENGINE
 from pipeline.errors import PipelineError
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipeline.job import RouteJob
+    from pipeline.stream import StreamJob
+
 app = typer.Typer(
     help="Route message tables with Spark and query the results with DuckDB.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # plain help, as the topicstore command line writes it
 )
 
 
@@ -51,7 +59,26 @@ def route(
         str | None,
         typer.Option(
             "--subscriptions",
-            help="Subscriptions Parquet (topicstore export); default: the configured store.",
+            help="Subscriptions Parquet (topicstore export); default: the configured store, "
+            "or the service at --api.",
+        ),
+    ] = None,
+    api: Annotated[
+        str | None,
+        typer.Option(
+            "--api",
+            help="Read the subscriptions through the service at this URL (which holds the "
+            "store while it runs), with --token.",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="TOPICSTORE_ADMIN_TOKEN",
+            show_default=False,
+            help="The service's token for --api (default: TOPICSTORE_ADMIN_TOKEN, else the "
+            "one `serve --dev` made).",
         ),
     ] = None,
     master: Annotated[
@@ -109,70 +136,135 @@ def route(
         ),
     ] = "",
 ) -> None:
-    """Route every message to the subscriptions whose pattern matches it (Spark)."""
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import SparkSession  # Spark loads only for this command
-
-    from pipeline.job import RouteJob, run
-    from pipeline.session import class_archive_complete, spark_session
-    from store import DEFAULT_DATABASE_URL, StoreError
+    """Route every message to the subscriptions whose pattern matches it (Spark). The
+    paths, Java and the subscriptions are checked before Spark starts."""
+    from pipeline import preflight
+    from store import DEFAULT_DATABASE_URL
 
     if engine not in ENGINES:
         raise typer.BadParameter(
             f"unknown engine {engine!r}; known: {', '.join(ENGINES)}", param_hint="--engine"
         )
-    ours = SparkSession.getActiveSession() is None  # a caller's session is left running
-    spark = spark_session(master, class_archive=class_archive_file(class_archive, os.environ))
+    if api is not None and subscriptions is not None:
+        raise typer.BadParameter("give --subscriptions or --api, not both", param_hint="--api")
     try:
-        if follow or available_now:
-            from pipeline.stream import StreamJob
-            from pipeline.stream import run as run_stream
+        preflight.check_paths(messages, subscriptions, out)
+        if not _jvm_running():
+            preflight.check_java(os.environ)
+        table, seq = None, None
+        if api is not None:
+            table = preflight.service_subscriptions(api, token)
+        elif subscriptions is None:
+            table, seq = preflight.store_subscriptions(database_url or DEFAULT_DATABASE_URL)
+    except preflight.PreflightError as e:
+        typer.echo(f"error: {e.code}: {e.message}", err=True)
+        if e.hint:
+            typer.echo(f"hint: {e.hint}", err=True)
+        raise typer.Exit(e.status) from e
+    if follow or available_now:
+        from pipeline.stream import StreamJob  # Spark's Python side loads from here on
 
-            stream = StreamJob(
+        _follow(
+            StreamJob(
                 landing=messages,
                 out=out,
                 checkpoint=checkpoint,
                 subscriptions=subscriptions,
-                database_url=database_url or DEFAULT_DATABASE_URL,
+                # From the store, each batch reads it again when its change log has moved.
+                database_url=None if api is not None else database_url or DEFAULT_DATABASE_URL,
+                subscription_table=table if api is not None else None,
+                subscriptions_from=api or "store",
                 engine=engine,
                 available_now=available_now,
                 trigger_interval_s=trigger_interval,
-            )
-            run_stream(spark, stream, lambda progress: typer.echo(progress.line()))
-            class_archive_complete()  # batches ran: the JVM's class archive is worth keeping
-            return
-        summary = run(
-            spark,
-            RouteJob(
-                messages=messages,
-                out=out,
-                subscriptions=subscriptions,
-                database_url=database_url or DEFAULT_DATABASE_URL,
-                engine=engine,
             ),
+            master,
+            class_archive,
         )
+        return
+    from pipeline.job import RouteJob  # Spark's Python side loads from here on
+
+    job = RouteJob(
+        messages=messages,
+        out=out,
+        subscriptions=subscriptions,
+        subscription_table=table,
+        subscription_seq=seq,
+        subscriptions_from=api or "store",
+        engine=engine,
+    )
+    _route(job, master, class_archive)
+
+
+def _jvm_running() -> bool:
+    """Whether this process has Spark's JVM already (a caller's session, or the one
+    spark-submit started), so there is no Java to check."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return True
+    if "pyspark" not in sys.modules:
+        return False
+    from pipeline.session import jvm_started
+
+    return jvm_started()
+
+
+def _on_spark(master: str | None, class_archive: str, work: Callable[[SparkSession], None]) -> None:
+    """Run ``work`` on a Spark session (a caller's, else one started here, stopped after),
+    reporting a known error as one line (exit 2); keep the class archive once it ran."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import SparkSession  # Spark loads only for this command
+
+    from pipeline.session import class_archive_complete, spark_session
+    from store import StoreError
+
+    ours = SparkSession.getActiveSession() is None  # a caller's session is left running
+    spark = spark_session(master, class_archive=class_archive_file(class_archive, os.environ))
+    try:
+        work(spark)
     except (PipelineError, StoreError) as e:
         typer.echo(f"error: {e.code}: {e.message}", err=True)
         raise typer.Exit(2) from e
-    except KeyboardInterrupt:  # --follow runs until it is interrupted
-        typer.echo("stopped", err=True)
-        return
     except AnalysisException as e:  # e.g. PATH_NOT_FOUND: a --messages path not there
         code = (e.getCondition() or "analysis_error").lower()
         message = str(e).strip().splitlines()[0] if str(e).strip() else code
         typer.echo(f"error: {code}: {message}", err=True)
         raise typer.Exit(2) from e
+    except KeyboardInterrupt:  # --follow runs until it is interrupted
+        typer.echo("stopped", err=True)
+        return
     finally:
         if ours:
             spark.stop()
     class_archive_complete()  # a whole job ran: the JVM's class archive is worth keeping
-    typer.echo(
-        f"routed {summary.messages:,} messages in {summary.duration_s:.1f} s "
-        f"({summary.messages_per_s:,.0f} msg/s): {summary.deliveries:,} deliveries, "
-        f"{summary.unmatched:,} unmatched, {summary.rejected:,} rejected; "
-        f"{summary.subscriptions:,} subscriptions ({summary.subscriptions_rejected:,} rejected)"
+
+
+def _route(job: RouteJob, master: str | None, class_archive: str) -> None:
+    """Run ``job`` and print its summary."""
+    from pipeline.job import run
+
+    def work(spark: SparkSession) -> None:
+        summary = run(spark, job)
+        typer.echo(
+            f"routed {summary.messages:,} messages in {summary.duration_s:.1f} s "
+            f"({summary.messages_per_s:,.0f} msg/s): {summary.deliveries:,} deliveries, "
+            f"{summary.unmatched:,} unmatched, {summary.rejected:,} rejected; "
+            f"{summary.subscriptions:,} subscriptions "
+            f"({summary.subscriptions_rejected:,} rejected)"
+        )
+        typer.echo(f"summary: {job.out / '_summary.json'} (table version {summary.table_version})")
+
+    _on_spark(master, class_archive, work)
+
+
+def _follow(job: StreamJob, master: str | None, class_archive: str) -> None:
+    """Run the stream ``job``, a line per micro-batch, until it ends or is interrupted."""
+    from pipeline.stream import run
+
+    _on_spark(
+        master,
+        class_archive,
+        lambda spark: run(spark, job, lambda progress: typer.echo(progress.line())),
     )
-    typer.echo(f"summary: {out / '_summary.json'} (table version {summary.table_version})")
 
 
 def class_archive_file(setting: str, environ: Mapping[str, str]) -> Path | None:

@@ -49,6 +49,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from matcher import HeaderLimits, Limits
@@ -63,13 +64,18 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class RouteJob:
     """What to route and where to (``out``: the routed table's directory).
-    ``subscriptions`` is a Parquet path; without it the subscriptions come from the store at
-    ``database_url``."""
+    ``subscriptions`` is a Parquet path; without it the subscriptions come from
+    ``subscription_table`` (read by the caller before Spark started, from
+    ``subscriptions_from``; the store's change-log sequence number it reflects in
+    ``subscription_seq``), else from the store at ``database_url``."""
 
     messages: str
     out: Path
     subscriptions: str | None = None
     database_url: str | None = None
+    subscription_table: pa.Table | None = None
+    subscription_seq: int | None = None
+    subscriptions_from: str = "store"
     engine: str = DEFAULT_ENGINE
     limits: Limits = field(default_factory=Limits)
     header_limits: HeaderLimits = field(default_factory=HeaderLimits)
@@ -138,6 +144,9 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
     snapshot = plan_subscriptions(
         spark,
         subscriptions=job.subscriptions,
+        table=job.subscription_table,
+        table_source=job.subscriptions_from,
+        table_seq=job.subscription_seq,
         database_url=job.database_url,
         engine=job.engine,
         limits=job.limits,

@@ -10,7 +10,8 @@ own mechanism): Spark loads some 10,000 classes while it starts, and parsing and
 them is most of a cold start; mapping them from the archive roughly halves the start and the
 first query. ``topicstore route`` keeps one in a directory it is given (``class_archive_in``
 names the file): the first run that succeeds records it as its JVM exits (that run takes
-longer, once; the archive takes ~170 MB), later runs map it. A run that fails keeps nothing
+longer, once; the archive takes ~170 MB; both the start and the end of the recording are
+logged, so a user knows why), later runs map it. A run that fails keeps nothing
 (``class_archive_complete`` is the caller's word that the JVM loaded what a whole job loads).
 It is keyed by the PySpark install and the Java binary, written aside and renamed when
 complete, and the JVM itself checks it against its classpath (a mismatched archive is
@@ -55,6 +56,8 @@ DRIVER_MEMORY: Final = "2g"
 #: one-shot route slower, and warned "Retried waiting for GCLocker too often" on Arrow's
 #: 16 MB buffers).
 LOCAL_JVM_OPTIONS: Final = ("-XX:+UseParallelGC",)
+#: About what the class archive of Spark 4 takes on disk (said when recording one).
+ARCHIVE_MB: Final = 170
 #: How long an exiting JVM may take to write the archive before it is given up.
 ARCHIVE_EXIT_TIMEOUT_S: Final = 120.0
 #: Few shuffle partitions: the job shuffles only small aggregates (counts), never messages.
@@ -142,6 +145,14 @@ def _archive_options(archive: Path | None) -> tuple[list[str], Path | None]:
         return [f"-XX:SharedArchiveFile={archive}", quiet], None
     archive.parent.mkdir(parents=True, exist_ok=True)
     recording = archive.with_name(f".{archive.name}.{os.getpid()}")
+    # The one run that records takes up to a minute longer (written as its JVM exits): say
+    # why, once, rather than leave a newcomer watching a quiet terminal.
+    log.info(
+        "recording Spark's class archive (once per Spark and Java, about %d MB; this run "
+        "takes up to a minute longer, later runs start faster): %s",
+        ARCHIVE_MB,
+        archive,
+    )
     return [f"-XX:ArchiveClassesAtExit={recording}", quiet], recording
 
 
@@ -169,6 +180,8 @@ def _keep_archive(proc: subprocess.Popen[bytes], recording: Path, archive: Path)
     complete = _archive_complete.is_set() and proc.returncode == 0
     if complete and recording.is_file() and recording.stat().st_size > 0:
         os.replace(recording, archive)
+        size = archive.stat().st_size / 1e6
+        log.info("recorded Spark's class archive (%.0f MB): %s", size, archive)
     else:
         recording.unlink(missing_ok=True)
 

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 from pyspark import Broadcast
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -47,13 +48,20 @@ def plan_subscriptions(
     engine: str,
     limits: Limits,
     header_limits: HeaderLimits,
+    table: pa.Table | None = None,
+    table_source: str = "store",
+    table_seq: int | None = None,
 ) -> Snapshot:
-    """The subscriptions of a Parquet file, else of the store at ``database_url`` (read in
-    one snapshot with its change-log sequence number). O(subscriptions)."""
+    """The subscriptions of a Parquet file, else ``table`` (read by the caller, from
+    ``table_source``, reflecting change ``table_seq``), else of the store at
+    ``database_url`` (read in one snapshot with its change-log sequence number).
+    O(subscriptions)."""
     seq: int | None = None
     if subscriptions is not None:
         table = io.read_subscriptions(spark, subscriptions)
         source = subscriptions
+    elif table is not None:
+        source, seq = table_source, table_seq
     elif database_url is not None:
         table, seq = io.store_subscriptions(database_url)
         source = "store"

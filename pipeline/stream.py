@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+import pyarrow as pa
 from pyspark import Broadcast
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -82,6 +83,9 @@ class StreamJob:
     checkpoint: Path | None = None
     subscriptions: str | None = None
     database_url: str | None = None
+    #: Subscriptions read by the caller (``route --api``): routed to as they are.
+    subscription_table: pa.Table | None = None
+    subscriptions_from: str = "store"
     engine: str = DEFAULT_ENGINE
     limits: Limits = field(default_factory=Limits)
     header_limits: HeaderLimits = field(default_factory=HeaderLimits)
@@ -141,7 +145,8 @@ class Snapshots:
 
     def current(self) -> tuple[Snapshot, Broadcast[SubscriptionPlan]]:
         job = self._job
-        store = job.database_url if job.subscriptions is None else None
+        fixed = job.subscriptions is not None or job.subscription_table is not None
+        store = None if fixed else job.database_url
         if (
             self.snapshot is not None
             and self._broadcast is not None
@@ -151,6 +156,8 @@ class Snapshots:
         snapshot = plan_subscriptions(
             self._spark,
             subscriptions=job.subscriptions,
+            table=job.subscription_table,
+            table_source=job.subscriptions_from,
             database_url=store,
             engine=job.engine,
             limits=job.limits,
@@ -311,7 +318,7 @@ def start(
     spark: SparkSession, job: StreamJob, report: Callable[[BatchProgress], None]
 ) -> tuple[StreamingQuery, BatchWriter]:
     """Start the stream; the caller waits on the query (``awaitTermination``) and stops it."""
-    if job.subscriptions is None and job.database_url is None:
+    if job.subscriptions is None and job.subscription_table is None and job.database_url is None:
         raise PipelineError("no_subscriptions", "give a subscriptions file or a database URL")
     if not Path(job.landing).is_dir():
         raise PipelineError("no_landing_dir", f"{job.landing} is not a directory")

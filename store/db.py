@@ -68,9 +68,10 @@ def duckdb_file(url: str) -> Path | None:
 def _no_schema(url: str) -> NoSchemaError:
     path = duckdb_file(url)
     where = str(path.resolve()) if path is not None else make_url(url).render_as_string()
-    return NoSchemaError(
-        "no_schema", f"no topicstore tables in {where}: run `topicstore migrate` first"
-    )
+    # Not "run migrate": a store never migrated is often the wrong one (a command run
+    # outside the directory of the service's), and migrating it makes a second, empty
+    # store. The command line says which setting chose it and how to reach the service.
+    return NoSchemaError("no_schema", f"no topicstore tables in {where}")
 
 
 def _configure_duckdb(dbapi_connection: Any, _record: object) -> None:

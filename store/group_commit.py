@@ -19,11 +19,17 @@ A write is a ``Job`` in two phases, so that a refusal never rolls back its neigh
 A failed commit fails every job of its group with the commit's error: whether it was
 applied is unknown (the connection may have dropped after the flush), so nothing is run
 again behind the caller's back.
+
+Each job runs in its caller's context (``contextvars``), whichever thread leads the group:
+what the caller's context carries (a trace's current span: ``app.tracing``) covers the
+job's statements, while the transaction's own (PostgreSQL's writer lock, the rows written
+once per group before the commit: ``store.pending``; the commit) run in the leader's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -43,10 +49,12 @@ MAX_GROUP: Final = 256
 class _Pending(Generic[T]):
     """One caller's job, its outcome, and the event its thread waits on."""
 
-    __slots__ = ("error", "job", "lead", "result", "wake")
+    __slots__ = ("context", "error", "job", "lead", "result", "wake")
 
     def __init__(self, job: Job[T]) -> None:
         self.job = job
+        #: The caller's context, which the job runs in (see the module docstring).
+        self.context = contextvars.copy_context()
         self.result: T | None = None
         self.error: BaseException | None = None
         #: Set (before ``wake``) when this caller's thread is to lead the next group.
@@ -154,8 +162,9 @@ def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:
     """One job in ``session``. A refusal from the read phase is the job's outcome (nothing
     was written); in a group, a failed statement or write phase fails the group. Alone,
     every exception is the job's own and propagates, so the transaction rolls back."""
+    run = pending.context.run
     try:
-        write = pending.job(session)
+        write = run(pending.job, session)
     except sa.exc.SQLAlchemyError:
         if not alone:
             raise _GroupAbortError from None
@@ -164,7 +173,7 @@ def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:
         pending.error = e
         return
     try:
-        pending.result = write()
+        pending.result = run(write)
     except Exception:
         if not alone:
             raise _GroupAbortError from None

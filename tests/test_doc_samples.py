@@ -237,9 +237,9 @@ def _bench_help() -> str:
 
 def _check_bench(words: list[str], where: str) -> None:
     text = _bench_help()
-    # The help shows each option with its type: ``--quick <bool>`` is a flag, the others
-    # take the next word as their value.
-    options = dict(re.findall(r"(--[a-z-]+)\s+<([^>]+)>", text))
+    # The help lists each option at the start of a line, with its type when it takes a
+    # value (``--out <path>``) and bare when it is a flag (``--quick``).
+    options = dict(re.findall(r"(?m)^\s+(--[a-z-]+)( <[^>]+>)?", text))
     value_next = False
     for word in words:
         if value_next:
@@ -247,7 +247,7 @@ def _check_bench(words: list[str], where: str) -> None:
         elif word.startswith("--"):
             name = word.split("=", 1)[0]
             assert name in options, f"{where}: bench has no option {word}"
-            value_next = "=" not in word and options[name] != "bool"
+            value_next = "=" not in word and bool(options[name])
         elif not word.startswith("-"):
             assert f"{word}:" in text, f"{where}: bench has no table {word}"
 

@@ -475,3 +475,26 @@ class AuditPage(BaseModel):
 
     items: list[AuditOut]
     next_after: int | None = Field(description="Pass as ?after= for the next page; null: done.")
+
+
+class HistorySample(BaseModel):
+    """One sampling interval of a process's metrics, ending at ``at`` (UTC). Latencies: as
+    Prometheus' histogram_quantile estimates them (null: no match); ``lag``: changes not yet
+    applied (null: the table was building)."""
+
+    at: datetime
+    seconds: float = Field(description="The interval's length.")
+    matches: int = Field(description="Match requests answered (/v1/match and under it).")
+    rate: float = Field(description="Match requests per second.")
+    mean_ms: float | None
+    p50_ms: float | None
+    p99_ms: float | None
+    lag: int | None
+
+
+class HistoryOut(BaseModel):
+    """``GET /v1/metrics/history``: the last samples, oldest first, at most ``points``."""
+
+    interval_seconds: float = Field(description="Seconds between samples.")
+    points: int = Field(description="The most samples kept: the answer's bound.")
+    samples: list[HistorySample]

@@ -35,17 +35,26 @@ def _root(ctx: typer.Context) -> None:
     """topicstore: topic-matching subscription store."""
     # A callback keeps the app a command group, so `topicstore bench` stays a subcommand
     # even while it is the only command. pipeline/ reads no settings of ours: the one
-    # Settings gives `route` its class archive's default here (only then are they read).
+    # Settings gives `route` its defaults here (only then are they read): the store and
+    # the class archive, and for --api the token as every command finds it.
     if ctx.invoked_subcommand == "route":
+        from app.auth import dev_token
         from app.settings import get_settings
 
-        archive = get_settings().spark_class_archive
-        ctx.default_map = {"route": {"class_archive": archive}}
+        settings = get_settings()
+        ctx.default_map = {
+            "route": {
+                "class_archive": settings.spark_class_archive,
+                "database_url": settings.database_url,
+                "token": settings.admin_token or dev_token(settings),
+            }
+        }
 
 
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     add_help_option=False,
+    short_help="Run the benchmark tables beside the dict-trie baseline.",
 )
 def bench(ctx: typer.Context) -> None:
     """Run the benchmark tables beside the dict-trie baseline (`topicstore bench --help`)."""
@@ -54,16 +63,16 @@ def bench(ctx: typer.Context) -> None:
     bench_main(ctx.args, prog_name="topicstore bench")
 
 
-app.command()(migrate)
+app.command(short_help="Apply the database migrations (idempotent).")(migrate)
 app.add_typer(sub, name="sub")
 app.command()(serve)
-app.command("audit")(audit_log)
-app.command("match")(match_topic)
-app.command()(export)
+app.command("audit", short_help="List admin changes: when, what, by whom, from where.")(audit_log)
+app.command("match", short_help="Which subscribers receive a message on TOPIC.")(match_topic)
+app.command(short_help="Write the subscriptions to a Parquet file.")(export)
 # The Spark job and the analytics live in pipeline/ (``pipeline.cli`` loads neither Spark
 # nor DuckDB until one runs); they are commands of this one CLI.
-app.command()(route)
-app.command()(analytics)
+app.command(short_help="Route a table of messages to the subscriptions (Spark).")(route)
+app.command(short_help="Query a routed table with DuckDB.")(analytics)
 app.add_typer(table, name="table")
 
 

@@ -4,12 +4,34 @@ own its file, so while the server runs the CLI must go through it."""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Final
 
 from app.cli.protocol import Admin
 from app.settings import Settings
+from store import DEFAULT_DATABASE_URL
+
+#: What to do about a store never migrated (``no_schema``): it is most often not the store
+#: the service runs on, and ``migrate`` would make a second, empty one.
+NO_SCHEMA_HINT: Final = (
+    "if a service runs on another store, run this in its directory, name its store in "
+    "TOPICSTORE_DATABASE_URL, or go through it: --api URL (its token: "
+    "TOPICSTORE_ADMIN_TOKEN); `topicstore migrate` makes a new, empty store here"
+)
+
+
+def store_origin(settings: Settings, environ: Mapping[str, str] = os.environ) -> str:
+    """Which setting named ``settings.database_url``, for an error about that store: the
+    environment, a ``.env`` file (both TOPICSTORE_DATABASE_URL), or the default (a path
+    relative to the current directory)."""
+    if "TOPICSTORE_DATABASE_URL" in environ:
+        return "named by TOPICSTORE_DATABASE_URL"
+    if "database_url" in settings.model_fields_set:
+        return "named by TOPICSTORE_DATABASE_URL in ./.env"
+    return f"the default store, {DEFAULT_DATABASE_URL}, relative to the current directory"
 
 
 def announce_new_store(url: str) -> None:

@@ -101,6 +101,12 @@ def _io_report(error: BaseException) -> Report | None:
         if isinstance(error, DatabaseLockedError):
             hint = "stop that process, or run the command while its service runs (or --api URL)"
             return Report(error.code, error.message, UNAVAILABLE, hint)
+        if isinstance(error, NoSchemaError) and error.code == "no_schema":
+            from app.cli.connect import NO_SCHEMA_HINT, store_origin
+            from app.settings import get_settings
+
+            message = f"{error.message} ({store_origin(get_settings())})"
+            return Report(error.code, message, USAGE, NO_SCHEMA_HINT)
         if isinstance(error, NoSchemaError | UnsupportedDatabaseError):
             return Report(error.code, error.message, USAGE)
         if isinstance(error, StoreError):

@@ -23,7 +23,9 @@ ApiOption = Annotated[
     str | None,
     typer.Option(
         "--api",
-        help="Service URL. Default: the store itself, or the local service if it holds it.",
+        help="Go through the service at this URL (its token: TOPICSTORE_ADMIN_TOKEN, else "
+        "the one `serve --dev` made). Default: the store itself, or the local service if "
+        "it holds it.",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]

@@ -44,7 +44,9 @@ def audit_log(
     until: Annotated[str | None, typer.Option("--to", help="ISO 8601 time (exclusive).")] = None,
     after: Annotated[int | None, typer.Option(help="Last id seen (pagination).")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
-    newest_first: Annotated[bool, typer.Option(help="Newest first (pass --after on).")] = False,
+    newest_first: Annotated[
+        bool, typer.Option("--newest-first", help="Newest first (pass --after on).")
+    ] = False,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -23,11 +23,13 @@ from app.cli.options import (
 )
 
 sub = typer.Typer(
-    help="Manage subscriptions (through the running service when it holds the store)."
+    help="Manage subscriptions (through the running service when it holds the store).",
+    short_help="Add, remove, list and import subscriptions.",
+    no_args_is_help=True,
 )
 
 
-@sub.command("add")
+@sub.command("add", short_help="Add one subscription.")
 def sub_add(
     subscriber: str,
     pattern: str,
@@ -78,7 +80,7 @@ def sub_rm(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> N
         raise typer.Exit(REFUSED)
 
 
-@sub.command("ls")
+@sub.command("ls", short_help="List subscriptions in id order.")
 def sub_ls(
     subscriber: Annotated[str | None, typer.Option()] = None,
     pattern_prefix: Annotated[str | None, typer.Option()] = None,
@@ -145,7 +147,7 @@ def sub_ls(
     emit(rows, as_json, table(header, cells) if cells else "(none)")
 
 
-@sub.command("redundant")
+@sub.command("redundant", short_help="Patterns another of the subscriber's covers.")
 def sub_redundant(
     subscriber: str,
     dialect: Annotated[str, typer.Option()] = "amqp",
@@ -177,7 +179,7 @@ def sub_redundant(
     emit(result, as_json, human)
 
 
-@sub.command("import")
+@sub.command("import", short_help="Import subscriptions from CSV or JSON lines.")
 def sub_import(
     path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     batch: Annotated[
@@ -186,7 +188,7 @@ def sub_import(
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Import a CSV (subscriber,pattern[,dialect,tenant,group,group_policy]) or JSON-lines
+    """Import a CSV (subscriber,pattern[,dialect,tenant,group,group_policy]) or JSON lines
     file; every bad line is reported with its line number, the good ones are stored. The
     file is read as it is stored, a batch at a time: a file of any size takes the memory of
     one batch."""

@@ -186,6 +186,7 @@ function logout(reason) {
   $("#app-view").hidden = true;
   $("#login-view").hidden = false;
   stopHealth();
+  analyticsRuns.shown = false; // the next login's first visit runs a query again
   $("#token").focus();
 }
 
@@ -871,6 +872,94 @@ async function refreshHealth() {
   fillRows($("#routes-table"), ordered.map(([route, r]) => h("tr", {}, h("td", { class: "mono" }, route), h("td", { class: "num" }, fmt(r.requests)),
     h("td", { class: "num" }, fmt(r.errors)), h("td", { class: "num" }, r.count ? fmt((r.sum / r.count) * 1000, 2) : "-"))), 4, "no requests yet");
   $("#health-when").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  await refreshGraphs();
+}
+
+// The Health graphs: the service's own samples of its metrics (GET /v1/metrics/history),
+// drawn as SVG lines over the span the service keeps (an hour at its default interval).
+const GRAPHS = [
+  { id: "rate", title: "Match rate (requests/s)", unit: "/s", digits: 1, series: [{ key: "rate", cls: "line", name: "rate" }] },
+  {
+    id: "latency", title: "Match latency (ms)", unit: " ms", digits: 2, series: [
+      { key: "p50_ms", cls: "line", name: "p50" }, { key: "p99_ms", cls: "line2", name: "p99" },
+      { key: "mean_ms", cls: "line3", name: "mean" }],
+  },
+  { id: "lag", title: "Change-log lag (changes not yet applied)", unit: "", digits: 0, series: [{ key: "lag", cls: "line", name: "lag" }] },
+];
+
+/** A span of milliseconds as people say it: "72 s", "60 min". */
+function spanText(ms) {
+  return ms < 120000 ? `${fmt(ms / 1000)} s` : `${fmt(ms / 60000)} min`;
+}
+
+/** The smallest of 1, 2, 2.5, 5 × 10^k at least ``v`` (an axis' top). */
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((top) => top >= v * (1 - 1e-9));
+}
+
+function historyChart(spec, samples, span) {
+  const width = 420, height = 150, left = 40, right = 8, top = 12, bottom = 20;
+  const end = samples.length ? Date.parse(samples[samples.length - 1].at) : Date.now();
+  const max = niceMax(Math.max(0, ...samples.flatMap((x) => spec.series.map((one) => x[one.key] ?? 0))));
+  const px = (t) => left + (1 - (end - t) / span) * (width - left - right);
+  const py = (v) => height - bottom - (v / max) * (height - bottom - top);
+  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `${spec.title} over the last ${spanText(span)}` });
+  svg.append(
+    s("line", { class: "grid-line", x1: left, y1: py(max / 2), x2: width - right, y2: py(max / 2) }),
+    s("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }),
+    s("line", { class: "axis", x1: left, y1: top, x2: left, y2: height - bottom }),
+    s("text", { x: left - 4, y: top + 4, "text-anchor": "end" }, fmt(max, max < 10 && !Number.isInteger(max) ? 1 : 0)),
+    s("text", { x: left - 4, y: py(max / 2) + 4, "text-anchor": "end" }, fmt(max / 2, max / 2 < 10 && !Number.isInteger(max / 2) ? 2 : 0)),
+    s("text", { x: left - 4, y: height - bottom + 4, "text-anchor": "end" }, "0"),
+    s("text", { x: left, y: height - 6 }, `−${spanText(span)}`),
+    s("text", { x: width - right, y: height - 6, "text-anchor": "end" }, "now"),
+  );
+  spec.series.forEach((one, n) => {
+    let d = "", last = null;
+    for (const x of samples) {
+      const v = x[one.key];
+      if (v === null || v === undefined) { last = null; continue; }
+      const at = Date.parse(x.at);
+      d += `${last === null ? "M" : "L"}${px(at).toFixed(1)},${py(v).toFixed(1)} `;
+      last = { at, v };
+    }
+    if (d) svg.append(s("path", { class: one.cls, d: d.trim(), "data-series": one.key }));
+    if (last) {
+      const dot = s("circle", { class: one.cls.replace("line", "dot"), cx: px(last.at), cy: py(last.v), r: 3 });
+      dot.append(s("title", {}, `${one.name}: ${fmt(last.v, spec.digits)}${spec.unit}`));
+      svg.append(dot);
+    }
+    if (spec.series.length > 1) {
+      svg.append(s("text", { x: width - right - (spec.series.length - 1 - n) * 40, y: top - 2, "text-anchor": "end", class: `legend-${one.cls}` }, one.name));
+    }
+  });
+  return svg;
+}
+
+async function refreshGraphs() {
+  let history;
+  try {
+    ({ data: history } = await api("GET", "/v1/metrics/history"));
+  } catch (e) {
+    showError($("#health-error"), e);
+    return;
+  }
+  const span = history.points * history.interval_seconds * 1000;
+  const samples = history.samples.filter((x) => Date.parse(x.at) > Date.now() - span - 60000);
+  for (const spec of GRAPHS) {
+    const figure = $(`#graph-${spec.id}`);
+    const points = samples.filter((x) => spec.series.some((one) => x[one.key] !== null && x[one.key] !== undefined)).length;
+    const newest = samples.length ? samples[samples.length - 1] : null;
+    const value = (one) => (newest[one.key] === null ? "-" : `${fmt(newest[one.key], spec.digits)}${spec.unit}`);
+    const now = newest === null ? "no sample yet"
+      : spec.series.length === 1 ? `latest ${value(spec.series[0])}` : `latest ${spec.series.map((one) => `${one.name} ${value(one)}`).join(" · ")}`;
+    figure.dataset.points = String(points);
+    figure.replaceChildren(h("figcaption", {}, `${spec.title} `, h("span", { class: "now" }, now)), historyChart(spec, samples, span));
+  }
+  $("#graphs-hint").textContent = `The last ${spanText(span)} of this replica, one sample every ${fmt(history.interval_seconds, history.interval_seconds < 1 ? 2 : 0)} s `
+    + `(GET /v1/metrics/history: ${plural(history.samples.length, "sample")}, at most ${fmt(history.points)}). Latency has a gap where no match was answered, lag where the table was being built.`;
 }
 
 function stopHealth() {
@@ -964,20 +1053,34 @@ function analyticsFields() {
 $("#analytics-form").elements.query.addEventListener("change", analyticsFields);
 analyticsFields();
 
-$("#analytics-form").addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const values = Object.fromEntries(new FormData(event.target));
+//: Refusals that mean "no route output here yet": the page's empty state, saying what to
+//: run (the API's message names the commands, in backquotes), not an error.
+const NOTHING_YET = new Set(["no_deliveries", "needs_subscriptions", "analytics_not_configured"]);
+const analyticsRuns = { serial: 0, shown: false };
+
+/** ``text`` with its `backquoted` parts as code elements (as text, never as markup). */
+function withCode(text) {
+  return String(text).split("`").map((part, i) => (i % 2 ? h("code", {}, part) : part));
+}
+
+async function runAnalytics() {
+  const form = $("#analytics-form");
+  const values = Object.fromEntries(new FormData(form));
   const error = $("#analytics-error");
+  const empty = $("#analytics-empty");
   const chart = $("#analytics-chart");
   const table = $("#analytics-table");
+  const serial = ++analyticsRuns.serial;
   try {
     const query = values.query === "timeline" ? { bucket: values.bucket } : values.query === "fanout" ? {} : { limit: values.limit };
     const { data } = await api("GET", `/v1/analytics/${values.query}`, { query });
+    if (serial !== analyticsRuns.serial) return;
     showError(error, null);
+    empty.hidden = true;
     const spec = CHARTS[data.query];
     chart.hidden = !(spec && data.rows.length);
     if (!chart.hidden) {
-      chart.replaceChildren(h("figcaption", {}, `${event.target.elements.query.selectedOptions[0].textContent}`),
+      chart.replaceChildren(h("figcaption", {}, `${form.elements.query.selectedOptions[0].textContent}`),
         spec.kind === "line" ? lineChart(data.rows) : barChart(data.rows, spec));
     }
     $("caption", table).textContent = `${data.query}: ${plural(data.rows.length, "row")}`;
@@ -988,11 +1091,24 @@ $("#analytics-form").addEventListener("submit", async (event) => {
       return h("td", { class: typeof v === "number" ? "num" : "" }, v === null ? "" : typeof v === "number" ? fmt(v, Number.isInteger(v) ? 0 : 4) : String(v));
     }))), data.columns.length || 1, "no rows");
   } catch (e) {
+    if (serial !== analyticsRuns.serial) return;
     chart.hidden = true;
     table.hidden = true;
-    showError(error, e);
+    const nothingYet = e instanceof ApiError && NOTHING_YET.has(e.code);
+    empty.hidden = !nothingYet;
+    empty.dataset.code = nothingYet ? e.code : "";
+    if (nothingYet) $("#analytics-empty-text").replaceChildren(...withCode(e.message));
+    showError(error, nothingYet ? null : e);
   }
-});
+}
+
+$("#analytics-form").addEventListener("submit", (event) => { event.preventDefault(); runAnalytics(); });
+// The first visit runs the selected query: the tab shows data, or says what to run.
+onShow.analytics = () => {
+  if (analyticsRuns.shown) return;
+  analyticsRuns.shown = true;
+  runAnalytics();
+};
 
 // -- Audit ----------------------------------------------------------------------------------
 
@@ -1021,10 +1137,19 @@ function auditRow(r) {
     h("td", {}, h("span", { class: `act act-${r.action}` }, r.action)),
     h("td", { class: "mono", "data-ids": r.ids.join(","), title: `${plural(r.ids.length, "subscription")}: ${ids}` },
       shown, r.ids.length > 1 ? h("span", { class: "count" }, ` (${fmt(r.ids.length)})`) : null),
-    h("td", { class: "col-opt" }, r.caller_tenant === null ? h("i", {}, "operator") : r.caller_tenant),
-    h("td", { class: "mono col-opt" }, r.caller_name),
+    h("td", { "data-caller": r.caller_tenant ?? "" }, r.caller_tenant === null
+      ? h("span", { class: "role role-op" }, "operator (any tenant)")
+      : h("span", { class: "role" }, "tenant ", nameNode(r.caller_tenant))),
+    h("td", { class: "mono token", title: tokenTitle(r.caller_name) }, r.caller_name),
     h("td", { class: "mono col-opt small" }, r.request_id),
     h("td", { class: "mono col-opt" }, r.address));
+}
+
+/** What a token's name says: the operator's, a tenant's (by its hash), or the command line. */
+function tokenTitle(name) {
+  if (name === "operator") return "the operator's token (TOPICSTORE_ADMIN_TOKEN)";
+  if (name.startsWith("cli:")) return `the command line on the store itself, run by ${name.slice(4)}`;
+  return `a token of tenant ${name.slice(0, name.lastIndexOf(":"))}: the first hex digits of its SHA-256`;
 }
 
 function auditFrom(instant) {

@@ -3,6 +3,7 @@ own database file is never opened). Operator only: the tables hold every tenant'
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias
 
 import orjson
@@ -29,6 +30,20 @@ else:
     Bucket = Literal[BUCKETS]
 
 
+def _no_output(root: Path, export: Path | None) -> str:
+    """What to run to fill ``root``, with absolute paths (a command run elsewhere still
+    writes where the service reads): the console shows it as the page's empty state."""
+    root = root.resolve()
+    route = f"topicstore route --messages MESSAGES --out {root}"
+    if export is None:
+        return f"no route output in {root} yet: run `{route}`"
+    export = export.resolve()
+    return (
+        f"no route output in {root} yet: run `topicstore export {export}`, then "
+        f"`{route} --subscriptions {export}`"
+    )
+
+
 @router.get(
     "/analytics/{query}",
     response_model=AnalyticsOut,
@@ -50,7 +65,8 @@ def analytics(
     ] = None,
 ) -> Response:
     """Deliveries per subscriber or tenant, fan-out, hot topics, the unmatched rate over
-    time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a routed table),
+    time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a routed table,
+    ``data/routed`` by default; 404 ``no_deliveries`` says what to run while it holds none),
     over the table's newest committed version or ``as_of`` an earlier one."""
     if caller.tenant is not None:
         raise OperatorOnlyError("analytics span every tenant: use the admin token")
@@ -61,14 +77,23 @@ def analytics(
         raise ServiceError(
             f"unknown query {query!r}; known: {', '.join(QUERIES)}", code="unknown_query"
         )
-    subscriptions = services.settings.analytics_subscriptions
+    export = services.settings.analytics_subscriptions
+    # An export not written yet: never-matched says what to run, the other queries run.
+    subscriptions = export if export is not None and export.is_file() else None
     try:
         result = run_query(
             query, root, subscriptions=subscriptions, limit=limit, bucket=bucket, as_of=as_of
         )
+    except MissingDeliveriesError as e:
+        raise NotFoundError(_no_output(root, export), code=e.code) from e
+    except MissingSubscriptionsError as e:
+        message = e.message
+        if export is not None:
+            message += f": write it with `topicstore export {export.resolve()}`"
+        raise NotFoundError(message, code=e.code) from e
+    except UnknownVersionError as e:
+        raise NotFoundError(e.message, code=e.code) from e
     except PipelineError as e:
-        if isinstance(e, MissingDeliveriesError | MissingSubscriptionsError | UnknownVersionError):
-            raise NotFoundError(e.message, code=e.code) from e
         raise ServiceError(e.message, code=e.code) from e
     body = {"query": query, "columns": list(result.columns), "rows": result.records()}
     return Response(orjson.dumps(body), media_type="application/json")

@@ -88,7 +88,11 @@ def _answer(
     key = hash_key(key, topic)
     table = services.table()
     tenant = caller.tenant_for(tenant)
-    ids = table.routes(tenant, dialect, topic)
+    tracing = services.tracing
+    if tracing is None:
+        ids = table.routes(tenant, dialect, topic)
+    else:
+        ids = tracing.routes(table, tenant, dialect, topic)
     if len(ids) < LARGE_MATCH:
         return _json(delivery(table, tenant, ids, key))
     return _large_answer(services, caller, table, tenant, ids, key)
@@ -197,7 +201,19 @@ async def batch_answer(
     services.limiter.charge(BATCH_TOPICS, caller.tenant, len(body.topics))
     table = services.table()
     tenant = caller.tenant_for(body.tenant)
-    topics = body.topics
+    parts = _batch_parts(services, table, tenant, body, receive)
+    tracing = services.tracing
+    answers, _ = await (
+        parts if tracing is None else tracing.batch(tenant, body.dialect, len(body.topics), parts)
+    )
+    return Response(b'{"results":[' + b",".join(answers) + b"]}", media_type="application/json")
+
+
+async def _batch_parts(
+    services: Services, table: RoutingTable, tenant: str, body: BatchIn, receive: Receive
+) -> tuple[list[bytes], int]:
+    """The answers of a batch's slices, and the matches they took (``batch_answer``)."""
+    topics, keys = body.topics, body.keys
     most = services.settings.max_batch_matches
     parts: list[bytes] = []
     matched = 0
@@ -228,7 +244,7 @@ async def batch_answer(
                     "per batch"
                 )
             parts.append(part)
-    return Response(b'{"results":[' + b",".join(parts) + b"]}", media_type="application/json")
+    return parts, matched
 
 
 @router.post("/match/headers", response_model=MatchOut, responses=documented(413))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Annotated
 
 import orjson
@@ -23,7 +24,14 @@ from app.services import Services
 from loader import RoutingTable
 from loader.readiness import probe
 from store.records import MAX_NAME_BYTES
-from topicstore.models import CallerOut, Health, Readiness, SnapshotOut
+from topicstore.models import (
+    CallerOut,
+    Health,
+    HistoryOut,
+    HistorySample,
+    Readiness,
+    SnapshotOut,
+)
 
 router = APIRouter(tags=["operations"])
 
@@ -107,6 +115,34 @@ def metrics(services: ServicesDep, caller: OptionalCaller) -> Response:
     if _is_operator(caller):
         text += _tenant_series(services.loader.table.sizes())
     return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get(
+    "/v1/metrics/history",
+    response_model=HistoryOut,
+    tags=["operations"],
+    responses=documented(400, 401, 422, 429),
+)
+async def metrics_history(caller: AdminCaller, services: ServicesDep) -> HistoryOut:
+    """The web console's Health graphs: this process's match rate, latency (mean, p50,
+    p99) and change lag per sampling interval (``TOPICSTORE_HISTORY_INTERVAL``, 10 s),
+    oldest first: at most the last 360 samples, an hour at the default. Global figures, as
+    ``/metrics`` gives anyone; any token."""
+    interval = services.settings.history_interval
+    samples = [
+        HistorySample(
+            at=datetime.fromtimestamp(s.at, UTC),
+            seconds=s.seconds,
+            matches=s.matches,
+            rate=s.rate,
+            mean_ms=s.mean_ms,
+            p50_ms=s.p50_ms,
+            p99_ms=s.p99_ms,
+            lag=s.lag,
+        )
+        for s in services.history.samples()
+    ]
+    return HistoryOut(interval_seconds=interval, points=services.history.points, samples=samples)
 
 
 @router.get(

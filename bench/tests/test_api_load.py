@@ -41,15 +41,16 @@ def test_tiny_run_has_every_row(client: str) -> None:
     ]
     assert all(len(row) == len(table.columns) for row in table.rows)
     for row in table.rows:
-        requests_per_s, p50, p99 = row[1:4]
+        requests_per_s, p50, p99, cpu_us = row[1:5]
         assert isinstance(requests_per_s, float) and requests_per_s > 0, row
         assert isinstance(p50, float) and isinstance(p99, float) and 0 < p50 <= p99, row
+        assert isinstance(cpu_us, float) and cpu_us > 0, row  # the server works per request
     for row in table.rows[-3:]:
-        batch_requests, batch_topics = row[1], row[4]
+        batch_requests, batch_topics = row[1], row[5]
         assert isinstance(batch_requests, float)
         assert batch_topics == pytest.approx(batch_requests * 50)
-    assert table.rows[1][6] and table.rows[1][7] in ("yes", "no")
-    assert table.rows[2][7] in ("yes", "no")  # 14 matches: the stated target
+    assert table.rows[1][7] and table.rows[1][8] in ("yes", "no")
+    assert table.rows[2][8] in ("yes", "no")  # 14 matches: the stated target
     assert any(f"client: {client}" in note for note in table.notes)
     assert any("1,000 subscriptions" in note for note in table.notes)
 

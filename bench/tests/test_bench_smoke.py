@@ -30,6 +30,8 @@ from harness.workloads import (
     adversarial_workload,
     concurrency_key,
     distinct_first_word_patterns,
+    drawn_topics,
+    mixed_subscriptions,
     random_subscriptions,
     scaled_workload,
     seed_patterns,
@@ -242,6 +244,21 @@ def test_every_message_concretizes_its_pattern_and_the_baseline_finds_it() -> No
             assert _is_digit_word(word)
             assert token in ("*", word)
         assert k % 1_000 in trie.match(message)
+
+
+def test_mixed_subscriptions_have_the_startup_shape_and_drawn_topics_match() -> None:
+    pairs = mixed_subscriptions(7_000, seed=3)
+    assert pairs == mixed_subscriptions(7_000, seed=3)
+    patterns = [p for _, p in pairs]
+    assert {len(p.split(".")) for p in patterns} == {3, 4, 5, 6}
+    assert sum("*" in p for p in patterns) == 1_000  # 1 in 7
+    assert sum(p.endswith(".#") for p in patterns) == 120  # 1 in 50, less those with a *
+    assert len({s for s, _ in pairs}) > 6_000  # spread over 50,000 subscribers
+    naive = create_matcher("naive")
+    for i, pattern in enumerate(patterns[:500]):
+        naive.subscribe(i, pattern)
+    for topic in drawn_topics(patterns[:500], 200, seed=3):
+        assert naive.match(topic), topic
 
 
 def test_random_subscriptions_are_five_words_with_seed_star_positions() -> None:

@@ -4,9 +4,10 @@ fuzzer generates as valid.
 JSON Schema cannot state a limit in UTF-8 bytes (``maxLength`` counts characters; the
 document says the limit is in bytes), one query parameter's rule that depends on another's
 value (a topic valid in the ``dialect`` parameter's grammar; ``overlaps`` and ``covered_by``
-exclusive, and only in a topic dialect), or a list as long as another (a batch's ``keys``
-and ``topics``). The descriptions say them; a client reading the descriptions does not
-send a request that breaks them, so a generated request that does is dropped. Each rule is
+exclusive, and only in a topic dialect; a group policy only with a group), or a list as long
+as another (a batch's ``keys`` and ``topics``). The descriptions say them; a client reading
+the descriptions does not send a request that breaks them, so a generated request that does
+is dropped. Each rule is
 asked of the service's own code (the grammar, the group rule), never restated here.
 
 Only positive cases are filtered: a negative one is refused whatever else it breaks, which
@@ -23,7 +24,7 @@ import schemathesis
 from schemathesis import GenerationMode
 
 from matcher import MatcherError, get_dialect
-from matcher.groups import split_shared
+from matcher.groups import check_group, split_shared
 from matcher.limits import Limits
 from store.records import DEFAULT_DIALECT, HEADERS_DIALECT, MAX_LABELS_BYTES
 
@@ -110,10 +111,31 @@ def _one_search_in_a_topic_dialect(query: Mapping[str, Any]) -> bool:
     return _pattern_in_dialect(query[searches[0]], dialect)
 
 
+def _group_rules(body: Mapping[str, Any]) -> bool:
+    """The group's described rules: its name (format characters past U+FFFF too), a policy
+    only with a group, and an MQTT ``$share/{group}/...`` naming the group field's group."""
+    group, dialect = body.get("group"), body.get("dialect")
+    if isinstance(group, str) and not _valid(lambda: check_group(group)):
+        return False
+    pattern = body.get("pattern")
+    shared = None
+    if dialect == "mqtt" and body.get("kind", "topic") == "topic" and isinstance(pattern, str):
+        try:
+            shared = split_shared(pattern)
+        except MatcherError:
+            return True  # the pattern's own rule drops it
+    if shared is not None and isinstance(group, str) and group != shared[0]:
+        return False
+    return body.get("group_policy") is None or group is not None or shared is not None
+
+
 def _subscription(body: Any) -> bool:
-    """A topic subscription's pattern valid in its dialect; labels within their JSON size."""
+    """A topic subscription's pattern valid in its dialect; labels within their JSON size;
+    the group's rules."""
     if not isinstance(body, dict):
         return True
+    if not _group_rules(body):
+        return False
     labels = body.get("labels")
     if isinstance(labels, dict) and _size(json.dumps(labels, ensure_ascii=False)) > (
         MAX_LABELS_BYTES

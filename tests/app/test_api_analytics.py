@@ -71,8 +71,45 @@ def test_not_configured(tmp_path: Path) -> None:
         database_url=f"duckdb:///{tmp_path / 'b.duckdb'}",
         admin_token=ADMIN,
         reconcile_interval=None,
+        analytics_dir=None,
     )
     with TestClient(create_app(settings, wait_until_ready=True)) as test_client:
         response = test_client.get("/v1/analytics/subscribers", headers=ADMIN_HEADERS)
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "analytics_not_configured"
+
+
+def test_the_default_directories_say_what_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no analytics setting (``make run``): ``data/routed`` and the export
+    ``data/subscriptions.parquet`` beside the default store; while they hold nothing the
+    refusal names the commands that fill them, with absolute paths; then the queries run."""
+    monkeypatch.chdir(tmp_path)
+    routed, export = tmp_path / "data" / "routed", tmp_path / "data" / "subscriptions.parquet"
+    settings = Settings(
+        database_url=f"duckdb:///{tmp_path / 'c.duckdb'}",
+        admin_token=ADMIN,
+        reconcile_interval=None,
+    )
+    with TestClient(create_app(settings, wait_until_ready=True)) as test_client:
+        empty = test_client.get("/v1/analytics/subscribers", headers=ADMIN_HEADERS)
+        assert empty.status_code == 404
+        assert empty.json()["error"] == {
+            "code": "no_deliveries",
+            "message": f"no route output in {routed} yet: run `topicstore export {export}`, "
+            f"then `topicstore route --messages MESSAGES --out {routed} --subscriptions {export}`",
+        }
+        write_routed(routed)
+        (routed / "subscriptions.parquet").rename(export)
+        rows = test_client.get("/v1/analytics/tenants", headers=ADMIN_HEADERS).json()["rows"]
+        assert [row["tenant"] for row in rows] == ["t1", "t2"]
+        never = test_client.get("/v1/analytics/never-matched", headers=ADMIN_HEADERS).json()
+        assert [row["subscriber"] for row in never["rows"]] == ["eve", "frank"]
+        export.unlink()  # the deliveries alone: never-matched says what to write
+        refused = test_client.get("/v1/analytics/never-matched", headers=ADMIN_HEADERS)
+        assert refused.status_code == 404
+        assert refused.json()["error"]["code"] == "needs_subscriptions"
+        assert refused.json()["error"]["message"].endswith(
+            f": write it with `topicstore export {export}`"
+        )

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
 
 from harness.server import Server, running_server, service_environment, topicstore_command
+from pipeline.cli import app as route_app
 from tests.app.conftest import ADMIN
 
 TIMEOUT_S = 300
@@ -202,6 +205,39 @@ def test_a_known_error_while_the_server_runs(
     assert "API:" not in result.stdout and "DEVELOPMENT MODE" not in result.stdout
 
 
+def test_route_while_the_server_holds_the_store(held: tuple[Server, Path]) -> None:
+    """Refused before Spark starts, pointing to the two ways that work (the next test
+    takes the first)."""
+    server, directory = held
+    (directory / "route.jsonl").write_text('{"message_id": "m", "topic": "held.a", "ts": 1}\n')
+    args = ("route", "--messages", "route.jsonl", "--out", "routed")
+    result = run_cli(directory, *args, **_through(server, **NO_CLASS_ARCHIVE))
+    assert_one_error(result, "database_locked", 3, "read the subscriptions through that service")
+    assert "route --api URL" in result.stderr and "--subscriptions subs.parquet" in result.stderr
+    assert not (directory / "routed").exists()
+
+
+def test_route_reads_the_subscriptions_through_the_api(
+    held: tuple[Server, Path], spark: SparkSession, tmp_path: Path
+) -> None:
+    server, _ = held
+    messages = tmp_path / "messages.jsonl"
+    lines = [
+        {"message_id": "m1", "topic": "held.a", "ts": 1},
+        {"message_id": "m2", "topic": "other", "ts": 2},
+    ]
+    messages.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["route", "--messages", str(messages), "--out", str(tmp_path / "routed")]
+    routed = CliRunner().invoke(route_app, [*args, "--api", server.url, "--token", ADMIN])
+    assert routed.exit_code == 0, routed.output
+    summary = json.loads((tmp_path / "routed" / "_summary.json").read_text())
+    assert summary["subscriptions_source"] == server.url
+    assert (summary["subscriptions"], summary["deliveries"], summary["unmatched"]) == (2, 2, 1)
+    wrong = CliRunner().invoke(route_app, [*args, "--api", server.url, "--token", "x" * 20])
+    assert wrong.exit_code == 1 and wrong.output.startswith("error: unauthorized: ")
+    assert "hint: give the service's token in TOPICSTORE_ADMIN_TOKEN" in wrong.output
+
+
 def test_a_wrong_token_while_the_server_runs(held: tuple[Server, Path]) -> None:
     server, directory = held
     wrong = run_cli(directory, "sub", "ls", **_through(server, admin_token="x" * 20))
@@ -247,7 +283,25 @@ def test_import_through_the_api_stores_the_good_lines(held: tuple[Server, Path])
 def test_export_refuses_a_store_never_migrated_and_writes_nothing(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "export", "out.parquet")
     assert_one_error(result, "no_schema", 2)
-    assert "run `topicstore migrate` first" in result.stderr
+    # Run outside the service's directory, the default store is another, new one: the
+    # error says which store and which setting chose it, the hint how to reach the service.
+    store = tmp_path / "data" / "topicstore.duckdb"
+    assert result.stderr.startswith(
+        f"error: no_schema: no topicstore tables in {store} (the default store, "
+        "duckdb:///./data/topicstore.duckdb, relative to the current directory)\n"
+    )
+    hint = result.stderr.splitlines()[1]
+    assert hint.startswith("hint: ") and "--api URL" in hint, result.stderr
+    assert "TOPICSTORE_ADMIN_TOKEN" in hint and "TOPICSTORE_DATABASE_URL" in hint
+    assert "`topicstore migrate` makes a new, empty store here" in hint
+    named = run_cli(tmp_path, "sub", "ls", database_url="duckdb:///elsewhere.duckdb")
+    assert_one_error(named, "no_schema", 2)
+    assert "elsewhere.duckdb (named by TOPICSTORE_DATABASE_URL)" in named.stderr
+    (tmp_path / ".env").write_text("TOPICSTORE_DATABASE_URL=duckdb:///dotenv.duckdb\n")
+    from_file = run_cli(tmp_path, "match", "a")
+    assert_one_error(from_file, "no_schema", 2)
+    assert "dotenv.duckdb (named by TOPICSTORE_DATABASE_URL in ./.env)" in from_file.stderr
+    (tmp_path / ".env").unlink()
     migrated = run_cli(tmp_path, "migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert "creating a new store: " in migrated.stderr

@@ -257,6 +257,8 @@ def test_every_endpoint(connect: ClientFactory, serve: ServerFactory, tmp_path: 
     metrics = admin.metrics()
     assert 'topicstore_tenant_subscriptions{dialect="amqp",tenant="acme"} 3.0' in metrics
     assert "topicstore_tenant_subscriptions" not in acme.metrics()
+    history = acme.metrics_history()  # any token; the samples are tested in test_history.py
+    assert (history.interval_seconds, history.points) == (10.0, 360)
 
 
 def _short(token: str) -> str:
@@ -437,7 +439,7 @@ def test_each_refusal_raises_its_exception_with_the_code(
             400,
             "invalid_wildcard",
         ),
-        (lambda: admin.analytics("nope"), NotFoundError, 404, "analytics_not_configured"),
+        (lambda: admin.analytics("tenants"), NotFoundError, 404, "no_deliveries"),
         (lambda: stranger.whoami(), UnauthorizedError, 401, "unauthorized"),
         (lambda: acme.match("a", tenant="globex"), ForbiddenError, 403, "wrong_tenant"),
         (lambda: acme.analytics("subscribers"), ForbiddenError, 403, "operator_only"),

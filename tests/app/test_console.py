@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +103,7 @@ def server(
             "admin_token": ADMIN,
             "tenant_tokens": json.dumps(TENANTS),
             "poll_interval": "0.1",
+            "history_interval": "0.2",  # the Health graphs' samples, in a test's time
             "analytics_dir": str(routed),
             "analytics_subscriptions": str(routed / "subscriptions.parquet"),
         },
@@ -155,6 +157,19 @@ def api_audit(client: httpx.Client, **query: Any) -> list[dict[str, Any]]:
     assert response.status_code == 200, response.text
     rows: list[dict[str, Any]] = response.json()["items"]
     return rows
+
+
+def wait_for_sampled_matches(client: httpx.Client) -> None:
+    """Until the service's history holds a sample with matches in it (a few sampling
+    intervals after the matches)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:
+        history = client.get("/v1/metrics/history")
+        assert history.status_code == 200, history.text
+        if any(s["matches"] for s in history.json()["samples"]):
+            return
+        assert time.monotonic() < deadline, history.json()
+        time.sleep(0.1)
 
 
 def table_ids(page: Page, table: str) -> list[int]:
@@ -348,10 +363,20 @@ def test_console_end_to_end(
     tenants = page.locator("#tenants-table tbody")
     expect(tenants).to_contain_text("default")
     expect(tenants.locator("tr").filter(has_text="amqp")).to_contain_text("61")
+    # The graphs: the service's own samples (every 0.2 s here) of the matches above.
+    wait_for_sampled_matches(admin)
     page.get_by_role("button", name="Refresh now").click()
     expect(page.locator('[data-metric="Matches total"] .value')).not_to_have_text("0")
     expect(page.locator('[data-metric="Match rate"] .value')).to_contain_text("/s")
     expect(page.locator("#routes-table tbody")).to_contain_text("/v1/match")
+    for graph in ("rate", "latency", "lag"):
+        expect(page.locator(f"#graph-{graph}")).not_to_have_attribute("data-points", "0")
+    # Latency has a point only where matches were answered: the traffic above is drawn.
+    expect(page.locator("#graph-latency path[data-series=p50_ms]")).to_have_attribute(
+        "d", re.compile(r"^M[\d.]+,[\d.]+")
+    )
+    expect(page.locator("#graph-rate circle")).to_have_count(1)  # the newest sample
+    expect(page.locator("#graphs-hint")).to_contain_text("one sample every 0.20 s")
     shoot(page, backend, "health")
 
     # Analytics: charts and tables of the hand-written route output (tests/routed.py).
@@ -401,7 +426,7 @@ def test_console_end_to_end(
         (action, ids, request_id) for (action, ids), request_id in zip(changes, writes, strict=True)
     ][::-1]
     assert {(r["tenant"], r["caller"], r["token"], r["address"]) for r in shown} == {
-        ("default", "operator", "operator", "127.0.0.1")
+        ("default", "operator (any tenant)", "operator", "127.0.0.1")
     }
     oldest = [r["id"] for r in api_audit(admin, tenant="default")]
     assert [r["id"] for r in shown] == oldest[::-1]
@@ -482,7 +507,11 @@ def test_tenant_token_sees_its_tenant_only(
     assert [(r["id"], r["action"], r["ids"]) for r in shown] == [
         (r["id"], r["action"], r["ids"]) for r in expected
     ][::-1]
-    assert {(r["tenant"], r["caller"]) for r in shown} == {("acme", "acme")}
+    # Who acted (the tenant's token) apart from which token (its name, as the API has it).
+    assert {(r["tenant"], r["caller"], r["token"]) for r in shown} == {
+        ("acme", "tenant acme", expected[0]["caller_name"])
+    }
+    assert expected[0]["caller_name"].startswith("acme:")
     expect(page.locator("#audit-table")).not_to_contain_text("globex")
     shoot(page, backend, "tenant-phone-audit")
     page.get_by_role("link", name="Analytics").click()
@@ -913,7 +942,7 @@ def test_audit_page_filters_and_pages(
     assert audit_rows(page) == [
         {
             **{k: r[k] for k in ("id", "action", "ids", "tenant", "request_id", "address")},
-            "caller": "operator",
+            "caller": "operator (any tenant)",
             "token": "operator",
         }
         for r in every[25:]
@@ -1088,6 +1117,100 @@ def test_names_the_rule_refuses_show_as_escapes(browser: Browser, tmp_path: Path
             text = page.locator(table).inner_text()
             assert not any(c in text for c in "\u202e\u2066\u00a0"), (table, text)
         shoot(page, "duckdb", "names-escaped-match")
+        context.close()
+    finally:
+        started.stop()
+
+
+#: Columns of the tables on the page narrower than min(what their widest cell needs on one
+#: line, 80 px): squeezed. The table's own styles apply to a copy laid out without wrapping.
+SQUEEZED_COLUMNS: Final = """() => [...document.querySelectorAll("table.grid")]
+  .filter((table) => table.offsetParent !== null && table.tHead)
+  .flatMap((table) => {
+    const probe = table.cloneNode(true);
+    Object.assign(probe.style, { position: "absolute", visibility: "hidden" });
+    probe.style.width = "max-content";
+    for (const cell of probe.querySelectorAll("th, td")) {
+      Object.assign(cell.style, { whiteSpace: "nowrap", wordBreak: "normal", minWidth: "0" });
+    }
+    table.parentElement.append(probe);
+    const natural = [...probe.tHead.rows[0].cells].map((c) => c.getBoundingClientRect().width);
+    probe.remove();
+    return [...table.tHead.rows[0].cells]
+      .map((c, i) => ({
+        table: table.id, column: c.textContent,
+        width: c.getBoundingClientRect().width, natural: natural[i],
+      }))
+      .filter((c) => c.width + 0.5 < Math.min(c.natural, 80));
+  })"""
+
+
+def test_make_run_defaults_and_an_800_px_window(browser: Browser, tmp_path: Path) -> None:
+    """``make run`` (``topicstore serve --dev``, no setting): the Analytics tab says what to
+    run while the default ``data/routed`` holds nothing, and charts it once it does. In an
+    800-px window every table keeps each column at least as wide as its content on one line,
+    or 80 px (scrolling sideways in its own box, never the page's); the audit log names the
+    caller apart from the token."""
+    expect.set_options(timeout=WAIT_MS)
+    started = start_server(tmp_path, {}, args=["--dev"])
+    try:
+        started.wait_until("/readyz", 200)
+        token = (tmp_path / "data" / "dev-admin-token").read_text(encoding="utf-8").strip()
+        with started.client({"Authorization": f"Bearer {token}"}) as admin:
+            items = [
+                {
+                    "subscriber": f"a-rather-long-subscriber-name-{i}",
+                    "pattern": f"orders.region-{i}.*.created.#",
+                    "labels": {"team": "payments", "env": "production"},
+                    "group": "workers" if i % 2 else None,
+                }
+                for i in range(6)
+            ]
+            bulk = admin.post("/v1/subscriptions/bulk", json={"items": items})
+            assert bulk.json()["created"] == len(items), bulk.text
+        context = browser.new_context(viewport={"width": 800, "height": 900})
+        page = context.new_page()
+        log_in(page, started.url, token)
+
+        def columns_usable(name: str) -> None:
+            assert page.locator("table.grid:visible tbody tr").count() > 0, name
+            assert page.evaluate(SQUEEZED_COLUMNS) == [], name
+            assert page.evaluate("document.documentElement.scrollWidth") <= 800, name
+            shoot(page, "duckdb", f"800px-{name}")
+
+        expect(page.locator("#subs-table tbody tr[data-id]")).to_have_count(6)
+        columns_usable("subscriptions")
+        page.get_by_role("link", name="Match tester").click()
+        page.get_by_label("Topic", exact=True).fill("orders.region-1.x.created")
+        expect(page.locator("#match-table tbody tr[data-id]")).to_have_count(1)
+        columns_usable("match")
+        page.get_by_role("link", name="Audit").click()
+        expect(page.locator("#audit-table tbody tr[data-id]")).to_have_count(1)
+        row = audit_rows(page)[0]
+        assert (row["caller"], row["token"]) == ("operator (any tenant)", "operator")
+        columns_usable("audit")
+
+        # Analytics: the first visit runs a query; nothing routed yet, so what to run.
+        routed, export = tmp_path / "data" / "routed", tmp_path / "data" / "subscriptions.parquet"
+        page.get_by_role("link", name="Analytics").click()
+        empty = page.locator("#analytics-empty")
+        expect(empty).to_have_attribute("data-code", "no_deliveries")
+        expect(page.locator("#analytics-empty-text code")).to_have_text(
+            [
+                f"topicstore export {export}",
+                f"topicstore route --messages MESSAGES --out {routed} --subscriptions {export}",
+            ]
+        )
+        expect(page.locator("#analytics-error")).to_be_hidden()
+        shoot(page, "duckdb", "800px-analytics-empty")
+        write_routed(routed).joinpath("subscriptions.parquet").rename(export)
+        page.get_by_role("button", name="Run").click()
+        expect(page.locator("#analytics-table tbody tr").first).to_contain_text("alice")
+        expect(empty).to_be_hidden()
+        columns_usable("analytics")
+        page.locator("#analytics-form").get_by_label("Query").select_option("never-matched")
+        page.get_by_role("button", name="Run").click()
+        expect(page.locator("#analytics-table caption")).to_have_text("never-matched: 2 rows")
         context.close()
     finally:
         started.stop()

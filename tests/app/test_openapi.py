@@ -54,6 +54,7 @@ OPERATIONS = [
     "POST /v1/match/headers",
     "GET /v1/snapshot",
     "GET /v1/whoami",
+    "GET /v1/metrics/history",
     "GET /healthz",
     "GET /readyz",
     "GET /metrics",

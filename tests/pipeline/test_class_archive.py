@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from harness.server import service_environment, topicstore_command
@@ -19,9 +21,10 @@ from pipeline.cli import class_archive_file
 #: options, and says the run was complete when asked to.
 SCRIPT = textwrap.dedent(
     """
-    import sys
+    import logging, sys
     from pathlib import Path
     from pipeline.session import class_archive_complete, spark_session
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     spark = spark_session("local[1]", class_archive=Path(sys.argv[1]))
     assert spark.range(100).selectExpr("sum(id)").collect()[0][0] == 4950
     jvm = spark.sparkContext._jvm
@@ -34,7 +37,8 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(archive: Path, complete: bool) -> list[str]:
+def _run(archive: Path, complete: bool) -> tuple[list[str], list[str]]:
+    """The JVM's options, and what the run said about its class archive."""
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(archive), "complete" if complete else "failed"],
         env=service_environment({}),
@@ -44,7 +48,8 @@ def _run(archive: Path, complete: bool) -> list[str]:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[warning][cds]" not in result.stderr, result.stderr
-    return result.stdout.splitlines()
+    said = [line for line in result.stderr.splitlines() if "class archive" in line]
+    return result.stdout.splitlines(), said
 
 
 def test_the_archive_is_kept_per_user_and_keyed_by_the_install(tmp_path: Path) -> None:
@@ -62,11 +67,15 @@ def test_the_archive_is_kept_per_user_and_keyed_by_the_install(tmp_path: Path) -
 
 def test_route_takes_its_archive_directory_from_the_settings(tmp_path: Path) -> None:
     """``topicstore route`` reads TOPICSTORE_SPARK_CLASS_ARCHIVE through the one Settings (a
-    ``.env`` file too): its JVM records into that directory (made for it), and a run that
-    fails keeps nothing there."""
+    ``.env`` file too): its JVM records into that directory (made for it), saying so, and a
+    run that fails keeps nothing there."""
     directory = tmp_path / "archives"
     (tmp_path / ".env").write_text(f"TOPICSTORE_SPARK_CLASS_ARCHIVE={directory}\n")
-    args = ["route", "--messages", "messages.jsonl", "--out", "routed"]  # no store: no_schema
+    (tmp_path / "messages.jsonl").write_text('{"message_id": "m", "topic": "a", "ts": 1}\n')
+    # Subscriptions without a pattern column: found by the job, once Spark runs.
+    pq.write_table(pa.table({"id": [1], "subscriber": ["q"]}), tmp_path / "subs.parquet")
+    args = ["route", "--messages", "messages.jsonl", "--out", "routed"]
+    args += ["--subscriptions", "subs.parquet"]
     result = subprocess.run(
         [*topicstore_command(), *args],
         env=service_environment({}),
@@ -76,21 +85,28 @@ def test_route_takes_its_archive_directory_from_the_settings(tmp_path: Path) -> 
         timeout=300,
     )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "error: no_schema:" in result.stderr
+    assert "error: missing_column:" in result.stderr
     assert directory.is_dir()
     assert list(directory.iterdir()) == []
+    said = [line for line in result.stderr.splitlines() if "class archive" in line]
+    assert len(said) == 1 and said[0].startswith("recording Spark's class archive"), said
+    assert str(directory) in said[0]
 
 
 @pytest.mark.slow
 def test_a_complete_run_records_the_archive_and_the_next_maps_it(tmp_path: Path) -> None:
     archive = tmp_path / "archive" / "spark.jsa"
-    options = _run(archive, complete=False)
+    options, said = _run(archive, complete=False)
     assert any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options)
     assert list(archive.parent.iterdir()) == []  # a run that failed keeps nothing
-    _run(archive, complete=True)
+    assert len(said) == 1 and said[0].startswith("recording Spark's class archive")
+    _, said = _run(archive, complete=True)
     assert [p.name for p in archive.parent.iterdir()] == [archive.name]
     assert archive.stat().st_size > 1_000_000
-    options = _run(archive, complete=True)
+    assert said[0].startswith("recording ") and said[1].startswith("recorded Spark's class")
+    assert len(said) == 2 and said[1].endswith(str(archive))
+    options, said = _run(archive, complete=True)
+    assert said == []  # mapping it is said nowhere
     assert f"-XX:SharedArchiveFile={archive}" in options
     assert not any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options)
     assert os.listdir(archive.parent) == [archive.name]  # mapping it writes nothing

@@ -46,6 +46,7 @@ SAMPLES: dict[str, Call[Any]] = {
     "readiness": calls.readiness(),
     "metrics": calls.metrics(),
     "whoami": calls.whoami(),
+    "metrics_history": calls.metrics_history(),
     "create_subscription": calls.create_subscription(SubscriptionIn(subscriber="a")),
     "create_subscriptions": calls.create_subscriptions([{"subscriber": "a"}]),
     "get_subscription": calls.get_subscription(7),

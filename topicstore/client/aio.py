@@ -31,6 +31,7 @@ from topicstore.models import (
     Dialect,
     ExplainOut,
     Health,
+    HistoryOut,
     MatchOut,
     Page,
     Readiness,
@@ -134,6 +135,11 @@ class AsyncClient:
 
     async def whoami(self) -> CallerOut:
         return await self.send(calls.whoami())
+
+    async def metrics_history(self) -> HistoryOut:
+        """The last hour (at most 360 samples) of this replica's match rate, latency and
+        change lag, oldest first: what the console's Health page graphs."""
+        return await self.send(calls.metrics_history())
 
     # -- subscriptions -------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from topicstore.models import (
     ExplainOut,
     HeadersMatchIn,
     Health,
+    HistoryOut,
     MatchIn,
     MatchOut,
     Page,
@@ -170,6 +171,10 @@ def metrics() -> Call[str]:
 
 def whoami() -> Call[CallerOut]:
     return Call("GET", "/v1/whoami", _model(CallerOut))
+
+
+def metrics_history() -> Call[HistoryOut]:
+    return Call("GET", "/v1/metrics/history", _model(HistoryOut))
 
 
 # -- subscriptions -----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from topicstore.models import (
     Dialect,
     ExplainOut,
     Health,
+    HistoryOut,
     MatchOut,
     Page,
     Readiness,
@@ -132,6 +133,11 @@ class Client:
 
     def whoami(self) -> CallerOut:
         return self.send(calls.whoami())
+
+    def metrics_history(self) -> HistoryOut:
+        """The last hour (at most 360 samples) of this replica's match rate, latency and
+        change lag, oldest first: what the console's Health page graphs."""
+        return self.send(calls.metrics_history())
 
     # -- subscriptions -------------------------------------------------------------------
 
