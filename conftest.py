@@ -47,6 +47,17 @@ XDIST_GROUPS: Final = {
     "tests/matcher/test_broker_groups.py": "brokers",
     "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",
 }
+#: Tests under a grouped prefix that use none of the group's shared service (these start
+#: their own JVMs, or none), so they go wherever a worker is free.
+UNGROUPED: Final = (
+    "tests/pipeline/test_class_archive.py",
+    "tests/pipeline/test_standalone_cluster.py",
+    "tests/pipeline/test_cli_preflight.py",
+    "tests/pipeline/test_analytics.py",
+    "tests/pipeline/test_maintenance.py",
+    "tests/pipeline/test_executor.py",
+    "tests/pipeline/test_subscriptions.py",
+)
 
 
 class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
@@ -55,6 +66,8 @@ class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has n
     which pytest 9.2 no longer lets a plugin do: pytest-xdist issue 1386.)"""
 
     def _split_scope(self, nodeid: str) -> str:
+        if nodeid.startswith(UNGROUPED):
+            return nodeid
         for prefix, group in XDIST_GROUPS.items():
             if nodeid.startswith(prefix):
                 return group

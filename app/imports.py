@@ -1,5 +1,5 @@
 """Reading subscriptions to import: CSV (``subscriber,pattern[,dialect,tenant,group,
-group_policy]``, optional header) or JSON lines (objects with the API's fields).
+group_policy,expires_at]``, optional header) or JSON lines (objects with the API's fields).
 Unreadable lines become problems with their line number; nothing is silently dropped."""
 
 from __future__ import annotations
@@ -22,8 +22,16 @@ _NOT_AN_OBJECT: Final = "each line must be a JSON object"
 
 #: A CSV record's columns, in order; the first two are required, an empty one is left out
 #: (the API's default applies). The console's reader (``console.js``) names the same.
-CSV_FIELDS: Final = ("subscriber", "pattern", "dialect", "tenant", "group", "group_policy")
-_LAYOUT: Final = "expected subscriber,pattern[,dialect,tenant,group,group_policy]"
+CSV_FIELDS: Final = (
+    "subscriber",
+    "pattern",
+    "dialect",
+    "tenant",
+    "group",
+    "group_policy",
+    "expires_at",
+)
+_LAYOUT: Final = "expected subscriber,pattern[,dialect,tenant,group,group_policy,expires_at]"
 
 
 #: Records per batch ``read_batches`` yields by default (the API's default batch limit).

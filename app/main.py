@@ -42,6 +42,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if wait_until_ready:
             services.loader.start()
+            if services.sweeper is not None:
+                services.sweeper.start()
         else:
             services.start_in_background()
         sampler = asyncio.create_task(

@@ -22,6 +22,7 @@ from app.auth import Caller
 from app.bulk import BulkResult, plain
 from app.refusals import (
     BatchTooLargeError,
+    ExpiredError,
     InvalidRequestError,
     NotApplicableError,
     NotFoundError,
@@ -29,7 +30,6 @@ from app.refusals import (
     ServiceError,
 )
 from app.settings import Settings
-from app.times import YEARS
 from matcher import MatcherError
 from matcher.budget import Budget
 from store import (
@@ -42,6 +42,7 @@ from store import (
     SubscriptionRepository,
     validate,
 )
+from store.expiry import expired, expiry_at
 from store.export import export_parquet
 from store.groups import GroupPolicies, check_same_group
 from topicstore.models import (
@@ -50,10 +51,12 @@ from topicstore.models import (
     AuditPage,
     Counts,
     Deleted,
+    ExpiryIn,
     Page,
     SubscriptionIn,
     SubscriptionOut,
 )
+from topicstore.times import YEARS
 
 _NEW_FIELDS: Final = tuple(NewSubscription.__dataclass_fields__)
 #: How often a writer purges audit rows past their retention (a range delete on an index).
@@ -62,6 +65,11 @@ AUDIT_PURGE_EVERY: Final = timedelta(hours=1)
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+#: Who the audit log names for what expiry removes (``sweep_expired``; an expired row
+#: replaced by a create of its key): the service itself, on no tenant's behalf.
+EXPIRY: Final = Caller(tenant=None, name="expiry")
 
 
 def subscription_out(row: StoredSubscription) -> SubscriptionOut:
@@ -110,14 +118,18 @@ class AdminOperations:
             repo = SubscriptionRepository(session)
             resolved = _with_policies(repo, [new]).resolve(new) if new.group else new
             existing = repo.find(resolved)
-            if existing is not None:
+            # An expired row awaiting the sweep is gone for its key: created anew.
+            stale = existing if existing and expired(existing.expires_at, self._clock()) else None
+            if existing is not None and stale is None:
                 check_same_group(resolved, existing.group)
                 return lambda: (subscription_out(existing), False)
             # Only a new row counts: a repeated write still answers at the quota.
-            self._check_quota(repo, {resolved.tenant: 1})
+            self._check_quota(repo, {resolved.tenant: 0 if stale else 1})
             self._check_room([resolved])
 
             def write() -> tuple[SubscriptionOut, bool]:
+                if stale is not None and repo.remove(stale.id) is not None:
+                    self._audit(session, EXPIRY, "expire", {stale.tenant: [stale.id]})
                 row = repo.insert(resolved)
                 self._audit(session, caller, "create", {row.tenant: [row.id]})
                 return subscription_out(row), True
@@ -189,7 +201,11 @@ class AdminOperations:
         grouped = any(new.group for _, new in valid)
 
         def write() -> None:
-            added = repo.add_many([new for _, new in valid], ids=results or grouped)
+            news = [new for _, new in valid]
+            # An expired row awaiting the sweep is gone for its key: created anew.
+            gone = repo.remove_expired_keys(news, self._clock())
+            self._audit(session, EXPIRY, "expire", gone)
+            added = repo.add_many(news, ids=results or grouped)
             # Only new rows count (a retried batch still answers); raising rolls back.
             self._check_quota(repo, dict.fromkeys(added.created, 0))
             if added.items is not None:
@@ -245,6 +261,62 @@ class AdminOperations:
             return write
 
         return Deleted(deleted=self.db.writes.run(check))
+
+    def set_expiry(self, sub_id: int, change: ExpiryIn, caller: Caller) -> SubscriptionOut:
+        """Set or clear (``expires_at`` null) one subscription's expiry, audited as
+        ``update`` and logged as an ``add`` of the row (``set_expiry``), so every replica
+        applies it. ``NotFoundError`` when there is none; ``ExpiredError`` when it has
+        already expired (it stopped matching at its instant: create it again)."""
+        if not change.model_fields_set:
+            raise InvalidRequestError(
+                "give expires_at (null clears it) or ttl", code="expiry_missing"
+            )
+        now = self._clock()
+        try:
+            instant = expiry_at(change.expires_at, change.ttl, now)
+        except StoreError as e:
+            raise InvalidRequestError(e.message, code=e.code) from e
+
+        def check(session: Session) -> Callable[[], SubscriptionOut | None]:
+            repo = SubscriptionRepository(session)
+            row = repo.get(sub_id, tenant=caller.tenant)
+            if row is None:
+                return lambda: None
+            if expired(row.expires_at, now):
+                raise ExpiredError(
+                    f"subscription {sub_id} expired at {row.expires_at}: it no longer "
+                    "matches and awaits the sweep; create it again"
+                )
+
+            def write() -> SubscriptionOut | None:
+                updated = repo.set_expiry(sub_id, instant, tenant=caller.tenant)
+                if updated is None:
+                    return None
+                self._audit(session, caller, "update", {updated.tenant: [sub_id]})
+                return subscription_out(updated)
+
+            return write
+
+        updated = self.db.writes.run(check)
+        if updated is None:
+            raise NotFoundError(f"no subscription {sub_id}")
+        return updated
+
+    def sweep_expired(self, limit: int) -> dict[str, list[int]]:
+        """Delete at most ``limit`` subscriptions expired by now, through the write path
+        (a change each, the tenants' counts moved) with one ``expire`` audit row per
+        tenant they belonged to; the ids per tenant. Idempotent across replicas: writers
+        are serialized, and a row another replica swept is not found again."""
+
+        def check(session: Session) -> Callable[[], dict[str, list[int]]]:
+            def write() -> dict[str, list[int]]:
+                removed = SubscriptionRepository(session).remove_expired(self._clock(), limit)
+                self._audit(session, EXPIRY, "expire", removed)
+                return removed
+
+            return write
+
+        return self.db.writes.run(check)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -376,7 +448,12 @@ class AdminOperations:
                     f"{name} does not apply to a {item.kind} subscription",
                     code=f"{name}_not_applicable",
                 )
-        values = {name: getattr(item, name) for name in _NEW_FIELDS}
+        values = {name: getattr(item, name) for name in _NEW_FIELDS if name != "expires_at"}
+        if item.expires_at is not None or item.ttl is not None:
+            try:
+                values["expires_at"] = expiry_at(item.expires_at, item.ttl, self._clock())
+            except StoreError as e:
+                raise InvalidRequestError(e.message, code=e.code) from e
         values["tenant"] = caller.tenant_for(item.tenant)
         values["dialect"] = item.dialect or "amqp"
         if item.criteria is not None:
@@ -434,7 +511,7 @@ _SCHEMA_CODES: Final = {"finite_number": "invalid_number"}
 
 def _instant(value: datetime | None, name: str) -> datetime | None:
     """``value`` in UTC (the command line's time without an offset is taken as UTC), or
-    the refusal naming the bound it breaks (``app.times``: the year as written)."""
+    the refusal naming the bound it breaks (``topicstore.times``: the year as written)."""
     if value is None:
         return None
     if value.year not in YEARS:

@@ -61,6 +61,14 @@ class NotFoundError(ServiceError):
     code = "not_found"
 
 
+class ExpiredError(ServiceError):
+    """A change to a subscription whose expiry has passed: it no longer matches, and waits
+    for the sweep (``store.expiry``)."""
+
+    status = 409
+    code = "subscription_expired"
+
+
 class NotConfiguredError(ServiceError):
     status = 404
     code = "not_configured"

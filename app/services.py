@@ -17,6 +17,7 @@ from app.operations import AdminOperations
 from app.ratelimit import RateLimiter
 from app.refusals import NotReadyError
 from app.settings import Settings
+from app.sweep import ExpirySweep
 from app.work import Work
 from loader import Loader, RoutingTable
 from migrations.runner import upgrade
@@ -52,6 +53,7 @@ class Services:
     #: Set by ``create_app`` when tracing is on (``Settings.tracing_on``), else None: the
     #: match routes put their spans through it only then (``app.tracing``).
     tracing: Tracing | None = field(default=None)
+    sweeper: ExpirySweep | None = field(default=None)
 
     @classmethod
     def open(cls, settings: Settings) -> Services:
@@ -75,7 +77,12 @@ class Services:
         )
         fair_python = FairSlots(PYTHON_PLACES)
         work = Work(settings, fair_python, limiter)
-        return cls(settings, db, loader, operations, limiter, fair, fair_python, work)
+        sweeper = ExpirySweep(
+            operations, loader, settings.expiry_sweep_interval, settings.expiry_sweep_rows
+        )
+        return cls(
+            settings, db, loader, operations, limiter, fair, fair_python, work, sweeper=sweeper
+        )
 
     def start_in_background(self) -> threading.Thread:
         """Build the routing table off the request path: the service answers /healthz at
@@ -93,9 +100,13 @@ class Services:
 
         self.builder = threading.Thread(target=build, name="topicstore-build", daemon=True)
         self.builder.start()
+        if self.sweeper is not None:
+            self.sweeper.start()  # it waits for the table
         return self.builder
 
     def close(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.stop()
         self.loader.stop()
         self.db.dispose()
         if self.tracing is not None:

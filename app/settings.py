@@ -188,6 +188,16 @@ class Settings(BaseSettings):
     trace_topics: bool = Field(
         False, description="Put the topic text on match spans (never there otherwise)."
     )
+    expiry_sweep_interval: float = Field(
+        10.0,
+        ge=0,
+        le=86_400,
+        description="Seconds between sweeps deleting expired subscriptions (0 = off); a "
+        "sweep also runs as soon as a subscription this replica holds expires.",
+    )
+    expiry_sweep_rows: int = Field(
+        1_000, ge=1, le=100_000, description="Most expired subscriptions one sweep deletes."
+    )
 
     @model_validator(mode="after")
     def _bound_above_the_poll(self) -> Settings:

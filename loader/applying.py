@@ -26,7 +26,8 @@ class Applying(TableState):
 
     def apply(self, changes: Iterable[Change], progress: Callable[[], object] | None = None) -> int:
         """Apply changes in order; returns how many changed something. Idempotent: an add
-        already present or a remove of an absent id is skipped (only its seq is recorded).
+        already present or a remove of an absent id is skipped (only its seq is recorded,
+        and the add's expiry: an expiry set or cleared is logged as an add of the row).
 
         The catalog learns of an add before the matchers and forgets a remove after them,
         so an id a reader gets from a match always has its subscriber in the catalog.
@@ -80,6 +81,7 @@ class Applying(TableState):
         catalog = self._catalog
         sub_id = change.subscription_id
         if sub_id in catalog.entries:
+            self._expiry_changed(change)
             if change.seq > catalog.seq:
                 self._catalog = Snapshot(change.seq, catalog.entries)
             return 0, [], None
@@ -89,6 +91,8 @@ class Applying(TableState):
         self._set_subscriber(sub_id, entries[sub_id].subscriber, len(entries))
         self._catalog = Snapshot(max(catalog.seq, change.seq), entries)
         self.groups.add(change)  # groups: before the matchers see the id
+        if change.expires_at is not None:  # so is its expiry
+            self.expiry.set(sub_id, change.expires_at)
         served = (sub_id, change.tenant, change.dialect, change.pattern)
         if self.groups.serve([served]):
             return 1, [], None  # its group's route for these criteria serves it
@@ -102,6 +106,7 @@ class Applying(TableState):
             self.groups.unserve([sub_id])
             self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
             self._set_subscriber(sub_id, None, 0)
+            self.expiry.drop([sub_id])
             return 0, [sub_id], e
         return 1, [], None
 
@@ -114,11 +119,17 @@ class Applying(TableState):
         last refusal."""
         catalog = self._catalog
         new: dict[int, Change] = {}
+        #: The last expiry of a new id added again in the run (set after its first add).
+        later: dict[int, Change] = {}
         for change, here in zip(
             run, catalog.entries.present([c.subscription_id for c in run]), strict=True
         ):
-            if not here:
-                new.setdefault(change.subscription_id, change)
+            if here:
+                self._expiry_changed(change)
+            elif change.subscription_id in new:
+                later[change.subscription_id] = change
+            else:
+                new[change.subscription_id] = change
         seq = max(catalog.seq, run[-1].seq)
         if not new:
             self._catalog = Snapshot(seq, catalog.entries)
@@ -132,8 +143,12 @@ class Applying(TableState):
             self._set_subscriber(sub_id, names.names[names.code(change.subscriber)], size)
         self._catalog = Snapshot(seq, entries)
         groups = self.groups
-        for change in new.values():
+        expiry = self.expiry
+        for sub_id, change in new.items():
             groups.add(change)  # groups: before the matchers see the ids
+            expires_at = later.get(sub_id, change).expires_at
+            if expires_at is not None:  # so are their expiries
+                expiry.set(sub_id, expires_at)
         hidden = groups.serve(
             (i, c.tenant, c.dialect, c.pattern) for i, c in new.items() if c.group is not None
         )
@@ -155,6 +170,7 @@ class Applying(TableState):
             self._catalog = Snapshot(seq, entries.without(refused))
             for sub_id in refused:
                 self._set_subscriber(sub_id, None, 0)
+            expiry.drop(refused)
         return len(new) - len(refused), refused, error
 
     def _index_many(
@@ -230,7 +246,16 @@ class Applying(TableState):
                 by_id[sub_id] = None
             if far:
                 far.pop(sub_id, None)
+        if len(self.expiry):  # after the engines forgot them
+            self.expiry.drop([*gone, *unserved])
         return len(gone)
+
+    def _expiry_changed(self, change: Change) -> None:
+        """An ``add`` of an id this table holds: its expiry set or cleared
+        (``SubscriptionRepository.set_expiry``); nothing else of it changes."""
+        sub_id = change.subscription_id
+        if change.expires_at is not None or sub_id in self.expiry:
+            self.expiry.set(sub_id, change.expires_at)
 
     def _swap_route(self, found: Class, route: int) -> list[int]:
         """Give the engines ``route`` for ``found``'s pattern before its old route leaves

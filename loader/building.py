@@ -5,6 +5,7 @@ row."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
@@ -25,14 +26,20 @@ class Building(TableState):
         ids: list[int] = []
         columns: dict[str, list[str]] = {name: [] for name in COLUMNS[1:]}
         members: list[tuple[int, str, str, str | None]] = []
+        expiring: list[tuple[int, datetime]] = []
         for row in rows:
             ids.append(row.subscription_id)
             for name, values in columns.items():
                 values.append(getattr(row, name))
             if row.group is not None:
                 members.append((row.subscription_id, row.tenant, row.group, row.group_policy))
+            if row.expires_at is not None:
+                expiring.append((row.subscription_id, row.expires_at))
         self.load_columns(
-            pa.table({"id": pa.array(ids, pa.int64()), **columns}, schema=SCHEMA), seq, members
+            pa.table({"id": pa.array(ids, pa.int64()), **columns}, schema=SCHEMA),
+            seq,
+            members,
+            expiring,
         )
 
     def load_columns(
@@ -40,10 +47,13 @@ class Building(TableState):
         rows: pa.Table,
         seq: int,
         members: Iterable[tuple[int, str, str, str | None]] = (),
+        expiring: Iterable[tuple[int, datetime]] = (),
     ) -> None:
         """Bulk-build from an Arrow table of ``COLUMNS`` holding every subscription as of
-        change ``seq`` (a fresh table only), and ``members`` ((id, tenant, group, policy)
-        of the grouped ones, ``SubscriptionRepository.members``). No Python object per
+        change ``seq`` (a fresh table only), ``members`` ((id, tenant, group, policy)
+        of the grouped ones, ``SubscriptionRepository.members``) and ``expiring`` ((id,
+        expires_at) of the rows that expire, ``SubscriptionRepository.expiring``; the
+        rows must not hold expired ones, ``columns``). No Python object per
         row: names are coded per distinct value, patterns go to the catalog as one Arrow
         column and to the engines as its buffers (``Matcher.subscribe_arrays``, read in C by
         ``native``)."""
@@ -54,6 +64,8 @@ class Building(TableState):
             for member in members:  # groups: before the matchers see the ids
                 self.groups.add_member(*member)
                 grouped.append(member[0])
+            for sub_id, expires_at in expiring:  # so are expiries
+                self.expiry.set(sub_id, expires_at)
             if not rows.num_rows:
                 self._catalog = Snapshot(seq, self._catalog.entries)
                 return
@@ -131,6 +143,7 @@ class Building(TableState):
         for sub_id in refused:
             catalog = catalog.with_remove(sub_id)
             self._set_subscriber(sub_id, None, 0)
+        self.expiry.drop(refused)
         return catalog
 
     def _fill_subscribers(self, ids: np.ndarray, subscriber: np.ndarray) -> None:

@@ -301,12 +301,22 @@ class GroupIndex:
                 out.update(found.ring.ids)
         return frozenset(out)
 
-    def deliver(self, tenant: str, ids: Iterable[int], key: str) -> Delivery:
+    def stands_for_others(self, sub_id: int) -> bool:
+        """Whether ``sub_id`` is the route of a class with other members (an expired
+        route still finds them: ``deliver``)."""
+        found = self._class_of.get(sub_id)
+        return found is not None and len(found.ring) > 1
+
+    def deliver(
+        self, tenant: str, ids: Iterable[int], key: str, expired: frozenset[int] = frozenset()
+    ) -> Delivery:
         """Who of ``ids`` (one match of ``tenant``: routes, or members) receives the
         message; ``key`` is the ``hash`` policy's key (bounded by the caller when a request
         gave it). A tenant without groups: ``ids`` sorted, nothing else. A group's
         candidates are the members of its classes that matched, one ring each, chosen
-        among in O(classes x log members) (``matcher.groups.choose``)."""
+        among in O(classes x log members) (``matcher.groups.choose``); none of
+        ``expired`` (``loader.expiry``): a class holding one of them is chosen among its
+        other members, in O(members), and a group left with none delivers to nobody."""
         if tenant not in self._tenants:
             return Delivery(sorted(ids), [])
         groups = self._groups
@@ -321,7 +331,7 @@ class GroupIndex:
                 key_hash.append(stable_hash(key))
             return key_hash[0]
 
-        def pick(group_key: GroupKey, found: Sequence[int]) -> int:
+        def pick(group_key: GroupKey, found: Sequence[int]) -> int | None:
             group = groups.get(group_key)  # None: its last member left meanwhile
             if group is None:
                 sizes[group_key] = len(found)
@@ -335,6 +345,10 @@ class GroupIndex:
                 else:
                     rings[id(served)] = served.ring
             chosen = list(rings.values())
+            if expired:
+                chosen, loose = _unexpired(chosen, loose, expired)
+                if not chosen and not loose:
+                    return None
             if loose:
                 chosen.append(Ring.of(loose, group.policy == "hash"))
             sizes[group_key] = sum(len(ring) for ring in chosen)
@@ -421,6 +435,21 @@ def _changed(
         at = np.searchsorted(points, fresh)
         points, owners = np.insert(points, at, fresh), np.insert(owners, at, who)
     return Ring(ids.data, points.data, owners.data)
+
+
+def _unexpired(
+    rings: list[Ring], loose: list[int], expired: frozenset[int]
+) -> tuple[list[Ring], list[int]]:
+    """The candidates less the ``expired`` members: a ring holding one gives its other
+    members as loose candidates (O(its members); only until the sweep removes them)."""
+    kept: list[Ring] = []
+    alone = [sub_id for sub_id in loose if sub_id not in expired]
+    for ring in rings:
+        if expired.isdisjoint(ring.ids):
+            kept.append(ring)
+        else:
+            alone.extend(sub_id for sub_id in ring.ids if sub_id not in expired)
+    return kept, alone
 
 
 def _present(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Final
 
 import psycopg
@@ -148,9 +149,11 @@ class Loader:
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             repo = SubscriptionRepository(session)
             seq = repo.last_seq()  # same snapshot as the rows below
-            columns = repo.columns()
+            now = datetime.now(UTC)  # expired rows are not loaded (loader.expiry)
+            columns = repo.columns(now)
             members = repo.members()
-        table.load_columns(columns, seq, members)
+            expiring = repo.expiring(now)
+        table.load_columns(columns, seq, members, expiring)
         del columns
         self._catch_up_table(table)
         return table
@@ -306,12 +309,18 @@ class Loader:
             if seq - view.seq > RECONCILE_BEHIND:
                 return None  # catching up: the change log will do for now
             entries = _with_changes(view.entries, repo.changes_since(view.seq, PAGE, upto=seq))
-            theirs = repo.range_stats(RANGE, low, high)
+            # Both sides as live at one instant: expired rows wait in the store for the
+            # sweep, and in the table for its remove (a restart does not load them).
+            now = datetime.now(UTC)
+            due = table.expiry.due(now.timestamp())
+            if due:
+                entries = entries.without(sorted(i for i in due if i in entries))
+            theirs = repo.range_stats(RANGE, low, high, now)
             ours = entries.range_stats(RANGE)
             if keys is not None:
                 ours = {k: v for k, v in ours.items() if k in keys}
             ranges = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k))
-            stored = [row for k in ranges for row in repo.between(k * RANGE, (k + 1) * RANGE)]
+            stored = [row for k in ranges for row in repo.between(k * RANGE, (k + 1) * RANGE, now)]
             # shared subscriptions: few rows, compared whole
             members = repo.members() if groups else None
         repaired = 0

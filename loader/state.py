@@ -13,6 +13,7 @@ from typing import Final
 
 from loader.catalog import Catalog, Names
 from loader.engines import DEFAULT_ENGINES, SHADOW_MAX, engine_set, headers_matcher
+from loader.expiry import ExpiryIndex
 from loader.groups import GroupIndex
 from loader.shadow import ShadowCheck
 from matcher import CapacityError, HeadersMatcher, Limits, Matcher
@@ -63,6 +64,7 @@ class TableState:
         self._far: dict[int, str] = {}
         self._apply_lock = threading.Lock()
         self.groups = GroupIndex()  # shared subscriptions (loader.groups)
+        self.expiry = ExpiryIndex()  # what expires, and what has (loader.expiry)
         # Stored subscriptions an engine refused for a capacity (CapacityError), counted
         # each time: not served; the reconciler offers them again (see apply).
         self.refused = 0

@@ -16,11 +16,13 @@ one place, ``loader.engines``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from time import time
 
 from loader.applying import Applying
 from loader.building import Building
 from loader.catalog import Entry
 from loader.engines import HEADERS_VALIDATOR, validator
+from loader.expiry import batch_without, without
 from loader.groups import Delivery
 from loader.repairing import Repairing
 from loader.shadow import ShadowCheck
@@ -36,6 +38,10 @@ class RoutingTable(Repairing, Building, Applying):
     ``engines`` are all built and kept current (up to ``shadow_max`` subscriptions per
     (tenant, dialect) for all but the first); the first answers matches, and with a
     ``shadow`` check the others answer a sample of matches too (see ``loader.shadow``).
+
+    Every read drops the subscriptions whose expiry has passed, though the engines hold
+    them until the sweep's remove arrives (``loader.expiry``): one clock read and one
+    comparison per read while none has.
     """
 
     # -- reads --------------------------------------------------------------------------
@@ -44,13 +50,23 @@ class RoutingTable(Repairing, Building, Applying):
         """Ids of ``tenant``'s subscriptions in ``dialect`` whose pattern matches ``topic``:
         ``routes`` with the group members each stands for (O(matching subscriptions)).
         Raises the matcher's errors for an invalid topic, even with no subscription."""
-        return self.groups.expand((tenant, dialect), self.routes(tenant, dialect, topic))
+        found = self.groups.expand((tenant, dialect), self._routes(tenant, dialect, topic))
+        if self.expiry.next > time():
+            return found
+        return without(found, self.expiry.due(time()))
 
     def routes(self, tenant: str, dialect: str, topic: str) -> MatchResult:
         """What the engines answer for ``topic``: ``match``, except that the members of a
         group sharing one pattern are one id, its route (``loader.groups``), so a match
         into a group of 20,000 workers on ``jobs.#`` costs one id, not 20,000. What
-        ``deliver`` takes. Raises like ``match``."""
+        ``deliver`` takes (which skips a route's expired members). Raises like ``match``."""
+        found = self._routes(tenant, dialect, topic)
+        if self.expiry.next > time():
+            return found
+        return without(found, self.expiry.due(time()), self.groups.stands_for_others)
+
+    def _routes(self, tenant: str, dialect: str, topic: str) -> MatchResult:
+        """``routes`` as the engines answer, expired ids included."""
         matchers = self._topic.get((tenant, dialect))
         if matchers is None:
             validator(dialect, self.limits).match(topic)
@@ -89,12 +105,15 @@ class RoutingTable(Repairing, Building, Applying):
             return validator(dialect, self.limits).match_ids(topics)
         shadow = self.shadow
         if shadow is None or not shadow.every or len(matchers) == 1:
-            return matchers[self._primary].match_ids(topics)
-        topics = topics if isinstance(topics, Sequence) else list(topics)
-        seq, writing = self._catalog.seq, self._apply_lock.locked()
-        found = matchers[self._primary].match_ids(topics)
-        self._shadow_batch(matchers, shadow, (tenant, dialect), topics, found, seq, writing)
-        return found
+            found = matchers[self._primary].match_ids(topics)
+        else:
+            topics = topics if isinstance(topics, Sequence) else list(topics)
+            seq, writing = self._catalog.seq, self._apply_lock.locked()
+            found = matchers[self._primary].match_ids(topics)
+            self._shadow_batch(matchers, shadow, (tenant, dialect), topics, found, seq, writing)
+        if self.expiry.next > time():  # read after the walks: what expired meanwhile goes
+            return found
+        return batch_without(found, self.expiry.due(time()))
 
     def subscriber_names(self) -> tuple[list[str | None], dict[int, str]]:
         """Who holds each id, as the answer encoder reads it (``app.delivery``): the name
@@ -132,10 +151,20 @@ class RoutingTable(Repairing, Building, Applying):
     def match_headers(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
         """``tenant``'s headers subscriptions that ``headers`` satisfy (``match``'s
         counterpart: every member of a group)."""
-        return self.groups.expand((tenant, HEADERS_DIALECT), self.header_routes(tenant, headers))
+        key = (tenant, HEADERS_DIALECT)
+        found = self.groups.expand(key, self._header_routes(tenant, headers))
+        if self.expiry.next > time():
+            return found
+        return without(found, self.expiry.due(time()))
 
     def header_routes(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
-        """``match_headers`` as the engine answers (``routes``' counterpart)."""
+        """``match_headers`` as ``routes`` answers (``routes``' counterpart)."""
+        found = self._header_routes(tenant, headers)
+        if self.expiry.next > time():
+            return found
+        return without(found, self.expiry.due(time()), self.groups.stands_for_others)
+
+    def _header_routes(self, tenant: str, headers: Mapping[str, str]) -> MatchResult:
         matcher = self._headers.get(tenant)
         if matcher is None:
             HEADERS_VALIDATOR.match(headers)
@@ -187,8 +216,9 @@ class RoutingTable(Repairing, Building, Applying):
     def deliver(self, tenant: str, ids: Iterable[int], key: str) -> Delivery:
         """Who of a match's ``ids`` (``routes``, or ``match``) receives the message: the
         ungrouped ones plus one member per group (``loader.groups``; ``key`` for the
-        ``hash`` policy)."""
-        return self.groups.deliver(tenant, ids, key)
+        ``hash`` policy), never an expired one."""
+        expired = self.expiry.due(time()) if self.expiry.next <= time() else frozenset()
+        return self.groups.deliver(tenant, ids, key, expired)
 
     def entries(self, ids: Iterable[int]) -> dict[int, Entry]:
         """The catalog's entry of each of ``ids`` still present (explain shows patterns)."""
@@ -202,7 +232,13 @@ class RoutingTable(Repairing, Building, Applying):
         (empty when it has none). One vectorized scan of the snapshot's columns for all of
         them (``Catalog.patterns_of``): no per-subscriber index is kept, as explain and
         redundancy are rare, operator-driven reads."""
-        return self._catalog.entries.patterns_of(tenant, dialect, subscribers)
+        found = self._catalog.entries.patterns_of(tenant, dialect, subscribers)
+        if self.expiry.next > time():
+            return found
+        due = self.expiry.due(time())
+        return {
+            name: {i: p for i, p in held.items() if i not in due} for name, held in found.items()
+        }
 
     def related(
         self,
@@ -232,4 +268,8 @@ class RoutingTable(Repairing, Building, Applying):
             for member in found.ring.ids
             if member != found.route
         }
-        return search(engine, pattern, relation, after, limit, aliases=aliases, budget=budget)
+        found = search(engine, pattern, relation, after, limit, aliases=aliases, budget=budget)
+        if self.expiry.next > time():
+            return found
+        due = self.expiry.due(time())
+        return Found([i for i in found.ids if i not in due], found.resume)

@@ -55,7 +55,7 @@ _FORBIDDEN: Final = frozenset("/+#") | frozenset(chr(c) for c in range(0x21)) | 
 
 K = TypeVar("K", bound=Hashable)
 #: Chooses one member of group ``K`` among its matching members (sorted by id).
-Pick: TypeAlias = Callable[[K, Sequence[int]], int]
+Pick: TypeAlias = Callable[[K, Sequence[int]], int | None]
 
 
 class InvalidGroupError(MatcherError, ValueError):
@@ -291,6 +291,8 @@ def select(
     for group, found in members.items():
         found.sort()
         member = pick(group, found)
+        if member is None:  # none of its matching members may receive (all expired)
+            continue
         chosen[member] = group
         delivered.append(member)
     delivered.sort()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import pyarrow as pa
@@ -45,8 +46,14 @@ def _cell(name: str, value: Any) -> Any:
 
 
 def _batches(session: Session, tenant: str | None, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Every subscription (of ``tenant``) not expired by now, in id order, as record batches
+    of ``SCHEMA`` (``expires_at`` among the columns; Core rows, no ORM objects). An expired
+    row waiting for the sweep is left out: it no longer matches, so the routing job must not
+    route to it."""
     table = Subscription.__table__
-    query = sa.select(*_COLUMNS).order_by(table.c.id)
+    now = datetime.now(UTC)
+    live = sa.or_(table.c.expires_at.is_(None), table.c.expires_at > now)
+    query = sa.select(*_COLUMNS).where(live).order_by(table.c.id)
     if tenant is not None:
         query = query.where(table.c.tenant == tenant)
     names = SCHEMA.names
@@ -70,21 +77,21 @@ def _batches(session: Session, tenant: str | None, batch_size: int) -> Iterator[
 def subscription_batches(
     db: Database, *, tenant: str | None = None, batch_size: int = 50_000
 ) -> Iterator[pa.RecordBatch]:
-    """Every subscription (of ``tenant``, when given) in id order, as record batches of
-    ``SCHEMA``, streamed from one consistent read (Core rows, no ORM objects)."""
+    """Every subscription (of ``tenant``, when given) not expired by now, in id order, as
+    record batches of ``SCHEMA``, streamed from one consistent read (``_batches``)."""
     with db.read() as session:
         yield from _batches(session, tenant, batch_size)
 
 
 def subscriptions_snapshot(db: Database, *, batch_size: int = 50_000) -> tuple[pa.Table, int]:
-    """Every subscription and the change-log sequence number they reflect, read in one
-    transaction (REPEATABLE READ on PostgreSQL; DuckDB's transactions are snapshots): the
-    rows are the store with exactly the changes up to that number applied."""
+    """Every subscription not expired by now and the change-log sequence number they
+    reflect, read in one transaction (REPEATABLE READ on PostgreSQL; DuckDB's transactions
+    are snapshots): the rows are the store with exactly the changes up to that number
+    applied."""
     with db.sessions() as session:
         if db.is_postgres:
             session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-        seq = SubscriptionRepository(
-            session
-        ).last_seq()  # fixes the snapshot the rows below are read from
+        # The first read fixes the snapshot: the rows below are read from the same one.
+        seq = SubscriptionRepository(session).last_seq()
         batches = list(_batches(session, None, batch_size))
     return pa.Table.from_batches(batches, schema=SCHEMA), seq

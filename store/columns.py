@@ -1,6 +1,7 @@
-"""The startup read: every subscription's id, tenant, subscriber, dialect and pattern as
-one Arrow table in id order, without a Python object or a protocol message per row (the
-loader builds the engines from the Arrow buffers).
+"""The startup read: every live subscription's id, tenant, subscriber, dialect and pattern
+as one Arrow table in id order, without a Python object or a protocol message per row (the
+loader builds the engines from the Arrow buffers). Live: not expired at the instant the
+caller gives (``store.expiry``; an expired row waits for the sweep, and is never loaded).
 
 DuckDB gives its own Arrow result. PostgreSQL aggregates ``_CHUNK_ROWS`` rows at a time
 into one text value, parsed by Arrow (``_postgres_chunks``), with a quoted CSV ``COPY`` as
@@ -10,6 +11,7 @@ the exact fallback.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import pyarrow as pa
@@ -28,8 +30,11 @@ _CHUNK_QUERY: Final = (
     + ", ".join(COLUMNS)
     + ", ''), E'\\n'), 'UTF8') FROM (SELECT "
     + ", ".join(COLUMNS)
-    + " FROM subscription WHERE id > %s ORDER BY id LIMIT %s) AS chunk"
+    + " FROM subscription WHERE id > %s AND "
+    + "(expires_at IS NULL OR expires_at > %s) ORDER BY id LIMIT %s) AS chunk"
 )
+#: The rows the startup read takes: those not expired at its instant (a parameter).
+_LIVE: Final = "WHERE expires_at IS NULL OR expires_at > $1"
 _CHUNK_FIELDS: Final = (*COLUMNS, "end")
 _CHUNK_PARSE: Final = pa_csv.ParseOptions(
     delimiter=_SEPARATOR,
@@ -40,18 +45,19 @@ _CHUNK_PARSE: Final = pa_csv.ParseOptions(
 )
 
 
-def read_columns(raw: Any, postgres: bool) -> pa.Table:
-    """The table, read on ``raw`` (the DBAPI connection of a session's transaction: a
-    psycopg one when ``postgres``, else DuckDB's)."""
+def read_columns(raw: Any, postgres: bool, now: datetime) -> pa.Table:
+    """The table of the rows live at ``now`` (aware), read on ``raw`` (the DBAPI
+    connection of a session's transaction: a psycopg one when ``postgres``, else
+    DuckDB's)."""
     if not postgres:
-        query = f"SELECT {', '.join(COLUMNS)} FROM subscription ORDER BY id"
+        query = f"SELECT {', '.join(COLUMNS)} FROM subscription {_LIVE} ORDER BY id"
         # In chunks, combined into one copy in Arrow's pool: DuckDB's own buffers are
         # then all freed here, and its allocator hands them back (store.db).
-        result: pa.Table = raw.execute(query).to_arrow_table(_CHUNK_ROWS)
+        result: pa.Table = raw.execute(query, [now]).to_arrow_table(_CHUNK_ROWS)
         return result.cast(SCHEMA).combine_chunks()
-    chunks = _postgres_chunks(raw)
+    chunks = _postgres_chunks(raw, now)
     if chunks is None:
-        chunks = [_postgres_csv(raw)]
+        chunks = [_postgres_csv(raw, now)]
     return pa.concat_tables(chunks) if chunks else SCHEMA.empty_table()
 
 
@@ -71,7 +77,7 @@ def _parse(data: bytes, parse: pa_csv.ParseOptions, names: Sequence[str]) -> pa.
     )
 
 
-def _postgres_chunks(raw: Any) -> list[pa.Table] | None:
+def _postgres_chunks(raw: Any, now: datetime) -> list[pa.Table] | None:
     """The startup read of ``columns`` on PostgreSQL: one statement per ``_CHUNK_ROWS``
     rows (keyset on id) answering one value, their lines joined by PostgreSQL, fields
     separated by ``_SEPARATOR`` and one more after the last, no quoting, parsed by Arrow.
@@ -90,7 +96,7 @@ def _postgres_chunks(raw: Any) -> list[pa.Table] | None:
     last = -(2**63)
     with raw.cursor(binary=True) as cursor:
         while True:
-            cursor.execute(_CHUNK_QUERY, (last, _CHUNK_ROWS), binary=True)
+            cursor.execute(_CHUNK_QUERY, (last, now, _CHUNK_ROWS), binary=True)
             count, last, data = cursor.fetchone()
             if not count:
                 return tables
@@ -105,11 +111,13 @@ def _postgres_chunks(raw: Any) -> list[pa.Table] | None:
                 return tables
 
 
-def _postgres_csv(raw: Any) -> pa.Table:
-    """Every row as one quoted CSV ``COPY``, parsed by Arrow: exact for any text, slower
-    (a protocol message per row); see ``_postgres_chunks``."""
-    query = f"SELECT {', '.join(COLUMNS)} FROM subscription ORDER BY id"
+def _postgres_csv(raw: Any, now: datetime) -> pa.Table:
+    """Every live row as one quoted CSV ``COPY``, parsed by Arrow: exact for any text,
+    slower (a protocol message per row); see ``_postgres_chunks``."""
+    live = _LIVE.replace("$1", "%s")
+    query = f"SELECT {', '.join(COLUMNS)} FROM subscription {live} ORDER BY id"
     chunks: list[bytes] = []
-    with raw.cursor() as cursor, cursor.copy(f"COPY ({query}) TO STDOUT (FORMAT csv)") as copy:
+    statement = f"COPY ({query}) TO STDOUT (FORMAT csv)"
+    with raw.cursor() as cursor, cursor.copy(statement, (now,)) as copy:
         chunks.extend(bytes(chunk) for chunk in copy)
     return _parse(b"".join(chunks), pa_csv.ParseOptions(), COLUMNS)

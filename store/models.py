@@ -49,6 +49,7 @@ class Subscription(Base):
         sa.UniqueConstraint("tenant", "subscriber", "dialect", "pattern"),
         sa.Index(None, "tenant", "id"),
         sa.Index(None, "tenant", "group"),
+        sa.Index(None, "expires_at"),
         sa.CheckConstraint("kind IN ('topic', 'headers')", name="kind"),
         sa.CheckConstraint("mode IS NULL OR mode IN ('all', 'any')", name="mode"),
     )
@@ -75,10 +76,15 @@ class Subscription(Base):
     created_at: Mapped[datetime] = mapped_column(
         sa.DateTime(timezone=True), server_default=sa.func.now()
     )
+    # The instant it stops matching (``store.expiry``); null: never. The sweep reads the
+    # expired ones through ``ix_subscription_expires_at``.
+    expires_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True), nullable=True)
 
 
 class ChangeLog(Base):
-    """Every add and remove, written in the same transaction as the change itself.
+    """Every add and remove, written in the same transaction as the change itself. An
+    ``add`` of an id a loader already holds changes only its ``expires_at`` (an expiry set
+    or cleared: ``SubscriptionRepository.set_expiry``).
 
     A row carries everything needed to apply it (the subscription row may be gone by the
     time a loader reads an old ``add``), so loaders never join back to ``subscription``.
@@ -104,6 +110,7 @@ class ChangeLog(Base):
     created_at: Mapped[datetime] = mapped_column(
         sa.DateTime(timezone=True), server_default=sa.func.now()
     )
+    expires_at: Mapped[datetime | None] = mapped_column(sa.DateTime(timezone=True), nullable=True)
 
 
 class TenantUsage(Base):
@@ -121,7 +128,16 @@ class TenantUsage(Base):
 audit_seq = sa.Sequence("audit_log_seq", start=1, metadata=Base.metadata)
 
 #: What an audit row may record (the admin changes).
-AUDIT_ACTIONS: Final = ("create", "delete", "bulk_create", "delete_subscriber")
+#: ``expire``: a sweep removed expired subscriptions; ``update``: an expiry was set or
+#: cleared (``store.expiry``).
+AUDIT_ACTIONS: Final = (
+    "create",
+    "delete",
+    "bulk_create",
+    "delete_subscriber",
+    "expire",
+    "update",
+)
 
 
 class AuditLog(Base):

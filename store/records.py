@@ -55,6 +55,8 @@ class NewSubscription:
     #: policy (None: the group's current one, or the default; see ``store.groups``).
     group: str | None = None
     group_policy: Policy | None = None
+    #: The instant it stops matching (aware, UTC; ``store.expiry``); None: never.
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class SubscriptionFields:
     mode: Mode | None
     group: str | None = None
     group_policy: Policy | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, cast
 
 import pyarrow as pa
@@ -30,6 +31,11 @@ _CHANGE_COLUMNS: Final = tuple(name for name in NEW_COLUMNS if name in ChangeLog
 _STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__)
 MAX_PAGE: Final = 1_000
 _CHANGE_SQL: Final = ", ".join(map(QUOTE, _CHANGE_COLUMNS))
+
+
+def _live(now: datetime) -> sa.ColumnElement[bool]:
+    """Not expired at ``now`` (``store.expiry``)."""
+    return sa.or_(Subscription.expires_at.is_(None), Subscription.expires_at > now)
 
 
 def _stored(row: Any) -> StoredSubscription:
@@ -338,15 +344,98 @@ class SubscriptionRepository:
                 *grouped,
             )
 
-    def columns(self) -> pa.Table:
-        """Every subscription's id, tenant, subscriber, dialect and pattern as one Arrow
-        table in id order, without a Python object per row (``store.columns``), on the
-        session's transaction: the same snapshot as its other reads."""
+    def columns(self, now: datetime) -> pa.Table:
+        """Every subscription live at ``now``: id, tenant, subscriber, dialect and pattern
+        as one Arrow table in id order, without a Python object per row
+        (``store.columns``), on the session's transaction: the same snapshot as its other
+        reads."""
         raw = self.session.connection().connection.driver_connection
-        return read_columns(raw, self._postgres)
+        return read_columns(raw, self._postgres, now)
+
+    def expiring(self, now: datetime) -> list[tuple[int, datetime]]:
+        """(id, expires_at) of every subscription that expires after ``now`` (those
+        ``columns(now)`` holds that will expire): the loader's expiry index. An index
+        range scan of ``ix_subscription_expires_at``."""
+        query = sa.select(Subscription.id, Subscription.expires_at).where(
+            Subscription.expires_at > now
+        )
+        return [(int(i), at) for i, at in self.session.execute(query) if at is not None]
+
+    def remove_expired(self, now: datetime, limit: int) -> dict[str, list[int]]:
+        """Delete at most ``limit`` subscriptions expired at ``now`` (the earliest first),
+        with a change row each; their ids per tenant (ascending). Idempotent: rows another
+        writer deleted first are simply not found (writers are serialized)."""
+        due = (
+            sa.select(Subscription.id)
+            .where(Subscription.expires_at <= now)
+            .order_by(Subscription.expires_at, Subscription.id)
+            .limit(limit)
+        )
+        ids = [int(i) for i in self.session.scalars(due)]
+        if not ids:
+            return {}
+        tenants = self.session.execute(
+            sa.select(Subscription.id, Subscription.tenant).where(Subscription.id.in_(ids))
+        ).all()
+        self._remove_where(Subscription.id.in_(ids))
+        removed: dict[str, list[int]] = {}
+        for sub_id, tenant in sorted(tenants):
+            removed.setdefault(tenant, []).append(int(sub_id))
+        return removed
+
+    def remove_expired_keys(
+        self, items: Sequence[NewSubscription], now: datetime
+    ) -> dict[str, list[int]]:
+        """Delete the rows expired at ``now`` that hold the key of one of ``items`` (about
+        to be created again: the expired row would otherwise answer for them, and never
+        match); their ids per tenant. First the earliest expiry stored (PostgreSQL reads it
+        off the index's end, DuckDB from one column): usually none has passed, and that is
+        all; else the expired rows, no more than the sweep has yet to delete."""
+        earliest = self.session.execute(sa.select(sa.func.min(Subscription.expires_at))).scalar()
+        if earliest is None or earliest > now:
+            return {}
+        rows = self.session.execute(
+            sa.select(
+                Subscription.id,
+                Subscription.tenant,
+                Subscription.subscriber,
+                Subscription.dialect,
+                Subscription.pattern,
+            ).where(Subscription.expires_at <= now)
+        ).all()
+        if not rows:
+            return {}
+        keys = {(i.tenant, i.subscriber, i.dialect, i.pattern) for i in items}
+        found = [(int(r[0]), str(r[1])) for r in rows if tuple(r[1:]) in keys]
+        if not found:
+            return {}
+        self._remove_where(Subscription.id.in_([sub_id for sub_id, _ in found]))
+        removed: dict[str, list[int]] = {}
+        for sub_id, tenant in sorted(found):
+            removed.setdefault(tenant, []).append(sub_id)
+        return removed
+
+    def set_expiry(
+        self, sub_id: int, expires_at: datetime | None, tenant: str | None = None
+    ) -> StoredSubscription | None:
+        """Set (or, None, clear) the expiry of subscription ``sub_id`` (of ``tenant``, when
+        given); the row as it is now, or None if absent. Logged as an ``add`` of the row:
+        a loader that holds the id takes only its new expiry from it, one that does not
+        (its old expiry passed there) indexes it again."""
+        where = [_SUBSCRIPTION.c.id == sub_id]
+        if tenant is not None:
+            where.append(_SUBSCRIPTION.c.tenant == tenant)
+        statement = (
+            _TABLE.update().where(*where).values(expires_at=expires_at).returning(*_SUBSCRIPTION.c)
+        )
+        row = self._core(statement).first()
+        if row is None:
+            return None
+        self._log_rows("add", [row])
+        return _stored(row)
 
     def range_stats(
-        self, bucket: int, low: int = 0, high: int | None = None
+        self, bucket: int, low: int = 0, high: int | None = None, now: datetime | None = None
     ) -> dict[int, tuple[int, int, int]]:
         """Per id range (``id // bucket``) of the ids in ``[low, high)`` (``high`` None: no
         upper bound): rows, sum of ids, and the summed lengths of tenant, subscriber,
@@ -368,19 +457,24 @@ class SubscriptionRepository:
         )
         if high is not None:
             query = query.where(Subscription.id < high)
+        if now is not None:
+            query = query.where(_live(now))
         return {
             int(k): (int(n), int(ids), int(total))
             for k, n, ids, total in self.session.execute(query)
         }
 
-    def between(self, low: int, high: int) -> list[Change]:
-        """Subscriptions with ``low <= id < high``, as ``add`` changes (seq 0)."""
+    def between(self, low: int, high: int, now: datetime | None = None) -> list[Change]:
+        """Subscriptions with ``low <= id < high`` (live at ``now``, when given), as
+        ``add`` changes (seq 0)."""
         table = Subscription.__table__
         query = (
             sa.select(table.c.id, *(table.c[n] for n in _CHANGE_COLUMNS))
             .where(table.c.id >= low, table.c.id < high)
             .order_by(table.c.id)
         )
+        if now is not None:
+            query = query.where(_live(now))
         return [
             Change(0, "add", sub_id, t, s, p, d, k, criteria_tuple(c), m, *grouped)
             for sub_id, t, s, p, d, k, c, m, *grouped in self.session.execute(query)

@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonVal
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from topicstore.times import Time
+
 #: A topic dialect, as the matcher's grammar names them (``matcher.DIALECTS``: a test holds
 #: the two equal; the grammar itself stays with the engines).
 Dialect = Literal["amqp", "mqtt", "nats"]
@@ -18,6 +20,18 @@ Dialect = Literal["amqp", "mqtt", "nats"]
 StoredDialect = Literal["amqp", "mqtt", "nats", "headers"]
 #: How a headers subscription's criteria combine (``store.records.Mode``).
 Mode = Literal["all", "any"]
+#: The longest TTL, and the furthest expiry: ten years (``store.expiry.MAX_EXPIRY``; a
+#: test holds the two equal).
+MAX_TTL_SECONDS: Final = 315_619_200
+_EXPIRES_AT: Final = (
+    "The instant (RFC 3339 with an offset) it stops matching, on every replica; after now "
+    "and at most 10 years ahead (422 expiry_in_past, expiry_too_far). A sweep then deletes "
+    "it. Not with ttl."
+)
+_TTL: Final = (
+    "Seconds from now until it stops matching (1 to 315,619,200: 10 years); stored as "
+    "expires_at. Not with expires_at (422 expiry_conflict)."
+)
 
 
 class SubscriptionIn(BaseModel):
@@ -48,6 +62,8 @@ class SubscriptionIn(BaseModel):
             "refused (409 group_policy_conflict)."
         ),
     )
+    expires_at: Time | None = Field(None, description=_EXPIRES_AT)
+    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, description=_TTL)
 
     # No NaN or infinities: Python's JSON parser reads NaN, Infinity and 1e400 into floats
     # that no JSON column stores (PostgreSQL refuses them; DuckDB turned them into null).
@@ -68,6 +84,12 @@ class SubscriptionIn(BaseModel):
                     "pattern": "$share/dash/sensors/+/temp",
                     "dialect": "mqtt",
                 },
+                {
+                    "subscriber": "session-42",
+                    "pattern": "sensors/#",
+                    "dialect": "mqtt",
+                    "ttl": 3600,
+                },
             ]
         },
     )
@@ -86,6 +108,29 @@ class SubscriptionOut(BaseModel):
     group: str | None = None
     group_policy: str | None = None
     created_at: datetime
+    expires_at: datetime | None = Field(
+        None, description="When it stops matching (null: never); past: awaiting the sweep."
+    )
+
+
+class ExpiryIn(BaseModel):
+    """``PATCH /v1/subscriptions/{id}``: its new expiry, as an instant or a TTL from now;
+    ``{"expires_at": null}`` clears it (it never expires then)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "minProperties": 1,
+            "examples": [
+                {"ttl": 3600},
+                {"expires_at": "2027-01-01T00:00:00Z"},
+                {"expires_at": None},
+            ],
+        },
+    )
+
+    expires_at: Time | None = Field(None, description=_EXPIRES_AT)
+    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, description=_TTL)
 
 
 class _DocumentedAsSubscriptionIn:
@@ -431,7 +476,9 @@ class CallerOut(BaseModel):
     tenant: str | None = Field(description="The token's tenant; null for the operator.")
 
 
-AuditAction = Literal["create", "delete", "bulk_create", "delete_subscriber"]
+#: ``expire``: expired subscriptions deleted (by the sweep, or replaced by a create of
+#: their key); ``update``: an expiry set or cleared.
+AuditAction = Literal["create", "delete", "bulk_create", "delete_subscriber", "expire", "update"]
 #: The audit listing's order: by id, oldest first or newest first.
 AuditOrder = Literal["asc", "desc"]
 

@@ -49,6 +49,18 @@ class DirectAdmin:
 
         return write
 
+    def set_expiry(self, sub_id: int, expires_at: str | None, ttl: int | None) -> Item | None:
+        from topicstore.models import ExpiryIn
+
+        body = ExpiryIn.model_validate(
+            {"ttl": ttl} if ttl is not None else {"expires_at": expires_at}
+        )
+        try:
+            stored = self.operations.set_expiry(sub_id, body, self.caller)
+        except NotFoundError:
+            return None
+        return stored.model_dump(mode="json")
+
     def remove(self, sub_id: int) -> bool:
         try:
             self.operations.remove(sub_id, self.caller)

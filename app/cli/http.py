@@ -73,6 +73,15 @@ class HttpAdmin:
 
         return send
 
+    def set_expiry(self, sub_id: int, expires_at: str | None, ttl: int | None) -> Item | None:
+        body = json.dumps({"ttl": ttl} if ttl is not None else {"expires_at": expires_at}).encode()
+        path = f"/v1/subscriptions/{sub_id}"
+        try:
+            stored = self.client.send(calls.Call("PATCH", path, _subscription, body=body))
+        except NotFoundError:
+            return None
+        return stored.model_dump(mode="json")
+
     def remove(self, sub_id: int) -> bool:
         try:
             self.client.delete_subscription(sub_id)
@@ -107,6 +116,10 @@ class HttpAdmin:
     def audit(self, **filters: Any) -> list[Item]:
         page = self.client.audit_page(**filters)
         return [row.model_dump(mode="json") for row in page.items]
+
+
+def _subscription(response: httpx.Response) -> SubscriptionOut:
+    return SubscriptionOut.model_validate_json(response.content)
 
 
 def _dialect(name: str) -> Dialect:

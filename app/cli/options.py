@@ -7,6 +7,7 @@ FastAPI when it runs, so ``topicstore --help`` stays quick."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -69,6 +70,42 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in (header, *rows)
     )
+
+
+#: ``--expires-in``'s units (a bare number is seconds).
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_DURATION: Final = re.compile(r"([0-9]{1,12})([smhd]?)")
+
+ExpiresInOption = Annotated[
+    str | None,
+    typer.Option(help="Stop matching this long from now: 3600, 90s, 15m, 2h or 7d."),
+]
+ExpiresAtOption = Annotated[
+    str | None,
+    typer.Option(help="Stop matching at this RFC 3339 instant (2027-01-01T00:00:00Z)."),
+]
+
+
+def expiry_options(expires_in: str | None, expires_at: str | None) -> tuple[int | None, str | None]:
+    """(ttl seconds, expires_at) of ``--expires-in`` / ``--expires-at`` (at most one; the
+    service checks the bounds and names them: ``store.expiry``)."""
+    if expires_in is not None and expires_at is not None:
+        raise UsageError("expiry_conflict", "give --expires-in or --expires-at, not both")
+    if expires_in is not None:
+        found = _DURATION.fullmatch(expires_in.strip())
+        if found is None:
+            raise UsageError(
+                "invalid_duration", f"{expires_in!r} is not a duration (3600, 90s, 15m, 2h, 7d)"
+            )
+        return int(found.group(1)) * _UNITS[found.group(2) or "s"], None
+    if expires_at is not None:
+        from topicstore.times import parse
+
+        try:
+            parse(expires_at)
+        except ValueError as e:
+            raise UsageError("invalid_time", str(e)) from e
+    return None, expires_at
 
 
 def labels_text(labels: dict[str, Any] | None) -> str:

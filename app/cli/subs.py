@@ -14,9 +14,12 @@ from app.cli.options import (
     TOPIC_DIALECTS,
     TOPIC_DIALECTS_TEXT,
     ApiOption,
+    ExpiresAtOption,
+    ExpiresInOption,
     JsonOption,
     check_dialect,
     emit,
+    expiry_options,
     labels_text,
     store_admin,
     table,
@@ -44,12 +47,16 @@ def sub_add(
         str | None,
         typer.Option(help="The group's policy: random, round_robin or hash (with --group)."),
     ] = None,
+    expires_in: ExpiresInOption = None,
+    expires_at: ExpiresAtOption = None,
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Add one subscription (creates and migrates the store if there is none). An MQTT
-    filter $share/GROUP/FILTER is a shared subscription, like --group GROUP."""
+    filter $share/GROUP/FILTER is a shared subscription, like --group GROUP. With
+    --expires-in or --expires-at it stops matching at that instant."""
     check_dialect(dialect)
+    ttl, instant = expiry_options(expires_in, expires_at)
     if any("=" not in item for item in label or []):
         raise UsageError("invalid_label", "--label takes key=value")
     labels = dict(item.split("=", 1) for item in label or []) or None
@@ -61,10 +68,41 @@ def sub_add(
         "labels": labels,
         "group": group,
         "group_policy": policy,
+        "ttl": ttl,
+        "expires_at": instant,
     }
     with store_admin(api, create=True) as admin:
         result = admin.add(item)
-    emit(result, as_json, f"{result['status']} subscription {result['id']}")
+    expiry = f", expires {result['expires_at']}" if result.get("expires_at") else ""
+    emit(result, as_json, f"{result['status']} subscription {result['id']}{expiry}")
+
+
+@sub.command("expire")
+def sub_expire(
+    sub_id: int,
+    expires_in: Annotated[
+        str | None,
+        typer.Option("--in", help="Expire this long from now: 3600, 90s, 15m, 2h or 7d."),
+    ] = None,
+    expires_at: Annotated[
+        str | None,
+        typer.Option("--at", help="Expire at this RFC 3339 instant (2027-01-01T00:00:00Z)."),
+    ] = None,
+    never: Annotated[bool, typer.Option("--never", help="Clear its expiry.")] = False,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Set, extend or clear one subscription's expiry (one of --in, --at, --never)."""
+    if sum((expires_in is not None, expires_at is not None, never)) != 1:
+        raise UsageError("expiry_options", "give exactly one of --in, --at and --never")
+    ttl, instant = expiry_options(expires_in, expires_at)
+    with store_admin(api) as admin:
+        result = admin.set_expiry(sub_id, instant, ttl)
+    if result is None:
+        typer.echo(f"error: not_found: no subscription {sub_id}", err=True)
+        raise typer.Exit(REFUSED)
+    when = result["expires_at"] or "never"
+    emit(result, as_json, f"subscription {sub_id} expires {when}")
 
 
 @sub.command("rm")
@@ -132,7 +170,7 @@ def sub_ls(
             limit=limit,
             **related,
         )
-    header = ("ID", "SUBSCRIBER", "DIALECT", "PATTERN", "GROUP", "LABELS")
+    header = ("ID", "SUBSCRIBER", "DIALECT", "PATTERN", "GROUP", "EXPIRES", "LABELS")
     cells = [
         (
             str(r["id"]),
@@ -140,6 +178,7 @@ def sub_ls(
             r["dialect"],
             r["pattern"],
             f"{r['group']} ({r['group_policy']})" if r.get("group") else "-",
+            r.get("expires_at") or "-",
             labels_text(r["labels"]),
         )
         for r in rows
@@ -188,10 +227,10 @@ def sub_import(
     api: ApiOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Import a CSV (subscriber,pattern[,dialect,tenant,group,group_policy]) or JSON lines
-    file; every bad line is reported with its line number, the good ones are stored. The
-    file is read as it is stored, a batch at a time: a file of any size takes the memory of
-    one batch."""
+    """Import a CSV (subscriber,pattern[,dialect,tenant,group,group_policy,expires_at])
+    or JSON lines file (the API's fields, ttl too); every bad line is reported with its
+    line number, the good ones are stored. The file is read as it is stored, a batch at a
+    time: a file of any size takes the memory of one batch."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from app.cli.protocol import Added

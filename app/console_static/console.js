@@ -281,7 +281,17 @@ function subscriptionRow(s) {
     h("td", {}, h("button", { type: "button", class: "link", title: `Show only ${shown(s.subscriber)}'s subscriptions`, onclick: () => filterBySubscriber(s.subscriber) }, nameNode(s.subscriber))),
     h("td", {}, s.dialect),
     h("td", { class: "mono" }, what), h("td", {}, groupCell(s)), labels,
-    h("td", { class: "col-opt", title: s.created_at }, s.created_at.replace("T", " ").slice(0, 19)), h("td", {}, del));
+    h("td", { class: "col-opt", title: s.created_at }, s.created_at.replace("T", " ").slice(0, 19)),
+    expiresCell(s.expires_at), h("td", {}, del));
+}
+
+/** When a subscription stops matching: "never", its instant (UTC), or, once past, the
+ *  instant marked expired (it no longer matches; the sweep deletes it). */
+function expiresCell(at) {
+  if (!at) return h("td", { class: "muted" }, "never");
+  const text = at.replace("T", " ").slice(0, 19);
+  if (Date.parse(at) <= Date.now()) return h("td", { class: "expired", title: `${at}: expired, awaiting the sweep` }, `${text} (expired)`);
+  return h("td", { title: at }, text);
 }
 
 function filterBySubscriber(subscriber) {
@@ -304,7 +314,7 @@ async function loadPage() {
     if (serial !== loads.page) return;
     showError(error, null);
     paging.next = data.next_after;
-    fillRows($("#subs-table"), data.items.map(subscriptionRow), 8, "no subscriptions match");
+    fillRows($("#subs-table"), data.items.map(subscriptionRow), 9, "no subscriptions match");
     const page = paging.afters.length;
     const first = data.items.length ? data.items[0].id : null;
     const last = data.items.length ? data.items[data.items.length - 1].id : null;
@@ -396,7 +406,7 @@ $("#create-form").addEventListener("submit", async (event) => {
 // Import: the file is read here with the rules of app/imports.py (a record's number is the
 // physical line it starts on; CSV quotes may span lines; JSON lines end at "\n" only) and
 // sent to POST /v1/subscriptions/bulk, whose per-item results are mapped back to lines.
-const CSV_FIELDS = ["subscriber", "pattern", "dialect", "tenant", "group", "group_policy"];
+const CSV_FIELDS = ["subscriber", "pattern", "dialect", "tenant", "group", "group_policy", "expires_at"];
 const BULK_CHUNK = 1000;
 
 function readJsonLines(text) {
@@ -467,7 +477,7 @@ function readCsv(text) {
     if (blank) continue;
     if (line === 1 && row.slice(0, 2).map((c) => c.trim().toLowerCase()).join(",") === "subscriber,pattern") continue;
     if (row.length < 2 || row.length > CSV_FIELDS.length) {
-      problems.push({ line, code: "bad_columns", message: "expected subscriber,pattern[,dialect,tenant,group,group_policy]" });
+      problems.push({ line, code: "bad_columns", message: "expected subscriber,pattern[,dialect,tenant,group,group_policy,expires_at]" });
       continue;
     }
     const item = {};

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query
 
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
-from app.times import YEARS, Time
 from store.records import MAX_NAME_BYTES
 from topicstore.models import AuditAction, AuditOrder, AuditPage
+from topicstore.times import YEARS, Time
 
 router = APIRouter(prefix="/v1", tags=["audit"], responses=documented(400, 401, 422, 429, 503))
 

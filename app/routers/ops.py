@@ -7,6 +7,7 @@ would tell one tenant who the others are and how big."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated
@@ -173,11 +174,13 @@ def snapshot(
     """Every subscription of the tenant as of one change seq: one consistent listing,
     taken in O(1) from the loader's persistent catalog (later writes do not change it)."""
     tenant = caller.tenant_for(tenant)
-    view = services.table().snapshot()
+    table = services.table()
+    view = table.snapshot()
+    expired = table.expiry.due(time.time())  # held until swept, but no longer matching
     entries = [
         {"id": sub_id, "subscriber": e.subscriber, "dialect": e.dialect, "pattern": e.pattern}
         for sub_id, e in view.entries.items()
-        if e.tenant == tenant
+        if e.tenant == tenant and sub_id not in expired
     ]
     entries.sort(key=lambda entry: entry["id"])  # type: ignore[arg-type, return-value]
     return Response(
@@ -229,6 +232,18 @@ class ServiceCollector(Collector):
             "the store and repaired",
             value=loader.reconcile_repairs,
         )
+        yield GaugeMetricFamily(
+            "topicstore_expiring_subscriptions",
+            "Subscriptions in the routing table that have an expiry",
+            value=len(table.expiry),
+        )
+        sweeper = self.services.sweeper
+        if sweeper is not None:
+            yield CounterMetricFamily(
+                "topicstore_expiry_swept",
+                "Expired subscriptions this replica's sweeps deleted from the store",
+                value=sweeper.swept,
+            )
         writes = self.services.db.writes
         yield CounterMetricFamily(
             "topicstore_write_transactions",

@@ -28,6 +28,7 @@ from topicstore.models import (
     Counts,
     Deleted,
     Dialect,
+    ExpiryIn,
     Page,
     RedundantOut,
     StoredDialect,
@@ -124,6 +125,20 @@ def create_subscriptions(body: BulkIn, caller: AdminCaller, services: ServicesDe
 @router.get("/subscriptions/{sub_id:id}", response_model=SubscriptionOut, responses=documented(404))
 def get_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> SubscriptionOut:
     return services.admin.get(sub_id, caller)
+
+
+@router.patch(
+    "/subscriptions/{sub_id:id}", response_model=SubscriptionOut, responses=documented(404, 409)
+)
+def update_expiry(
+    sub_id: SubId, body: ExpiryIn, caller: AdminCaller, services: ServicesDep
+) -> SubscriptionOut:
+    """Set, extend or clear a subscription's expiry: ``{"ttl": 3600}``, ``{"expires_at":
+    "..."}`` or ``{"expires_at": null}`` (never expires). Audited as ``update``; every
+    replica applies it from the change log. 404 when there is no such subscription; 409
+    ``subscription_expired`` when it has already expired (it stopped matching and awaits
+    the sweep: create it again)."""
+    return services.admin.set_expiry(sub_id, body, caller)
 
 
 @router.get("/subscriptions", response_model=Page, responses=documented(403))

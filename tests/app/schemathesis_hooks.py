@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import schemathesis
@@ -26,10 +27,16 @@ from schemathesis import GenerationMode
 from matcher import MatcherError, get_dialect
 from matcher.groups import check_group, split_shared
 from matcher.limits import Limits
+from store.expiry import expiry_at
 from store.records import DEFAULT_DIALECT, HEADERS_DIALECT, MAX_LABELS_BYTES
+from topicstore.times import parse
 
 #: The grammar alone: byte limits are checked against each value's own ``maxLength``.
 _GRAMMAR_ONLY: Final = Limits(max_topic_bytes=2**31, max_pattern_bytes=2**31)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _size(text: str) -> int:
@@ -146,6 +153,21 @@ def _subscription(body: Any) -> bool:
     return _pattern_in_dialect(body.get("pattern", ""), body.get("dialect") or DEFAULT_DIALECT)
 
 
+def _expiry(body: Any) -> bool:
+    """An expiry the store takes now (``store.expiry.expiry_at``: after now, at most ten
+    years ahead, not both forms); an instant, if any, as the schema's pattern reads it."""
+    if not isinstance(body, dict):
+        return True
+    at, ttl = body.get("expires_at"), body.get("ttl")
+    if at is not None and ttl is not None:
+        return False  # expiry_conflict
+    try:
+        instant = None if at is None else parse(at)
+    except ValueError:
+        return True  # a form the schema refuses: its own checks cover it
+    return _valid(lambda: expiry_at(instant, None, now()))
+
+
 def _keys_match_topics(body: Any) -> bool:
     if not isinstance(body, dict):
         return True
@@ -165,7 +187,8 @@ _QUERY_RULES: Final[dict[str, Callable[[Mapping[str, Any]], bool]]] = {
 }
 _BODY_RULES: Final[dict[str, Callable[[Any], bool]]] = {
     "POST /v1/match": lambda body: _topic_in_dialect(_dict(body)),
-    "POST /v1/subscriptions": _subscription,
+    "POST /v1/subscriptions": lambda body: _subscription(body) and _expiry(body),
+    "PATCH /v1/subscriptions/{sub_id}": _expiry,
     "POST /v1/match/batch": _keys_match_topics,
 }
 

@@ -20,7 +20,6 @@ from app.auth import Caller, Origin, token_name
 from app.cli import app
 from app.operations import AdminOperations
 from app.settings import get_settings
-from app.times import YEARS, digits_between
 from migrations.runner import upgrade
 from store import AuditRepository, Database
 from tests.app.conftest import (
@@ -33,6 +32,7 @@ from tests.app.conftest import (
     make_settings,
 )
 from topicstore.models import SubscriptionIn
+from topicstore.times import YEARS, digits_between
 
 
 def _audit(client: TestClient, headers: Mapping[str, str] = ADMIN_HEADERS, **params: Any) -> Any:

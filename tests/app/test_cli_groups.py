@@ -50,14 +50,15 @@ def test_groups_on_the_command_line(tmp_path: Path) -> None:
 
 def test_a_csv_import_takes_group_columns(tmp_path: Path) -> None:
     """CSV columns 5 and 6 are the group and its policy; an empty one is left out (the
-    group's own policy, or ``random`` for a new group), a 7th column is a bad line."""
+    group's own policy, or ``random`` for a new group); the 7th is the expiry, an 8th
+    column is a bad line."""
     (tmp_path / "subs.csv").write_text(
         "subscriber,pattern,dialect,tenant,group,group_policy\n"
         "w1,jobs.*,amqp,,workers,round_robin\n"
         "w2,jobs.*,,,workers,\n"
         "w3,jobs.*,amqp,,workers,hash\n"
         "solo,jobs.#\n"
-        "w4,jobs.*,amqp,,workers,round_robin,extra\n",
+        "w4,jobs.*,amqp,,workers,round_robin,2990-01-01T00:00:00Z,extra\n",
         encoding="utf-8",
     )
     imported = run_cli(tmp_path, "sub", "import", "subs.csv")

@@ -4,6 +4,8 @@ fully usable, on PostgreSQL it does nothing."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from store import Database, NewSubscription, SubscriptionRepository
 
 
@@ -22,10 +24,10 @@ def test_release_memory_keeps_the_store_usable(database: Database) -> None:
         )
     before = _memory_limit(db)
     with db.read() as session:
-        assert len(SubscriptionRepository(session).columns()) == 2_000
+        assert len(SubscriptionRepository(session).columns(datetime.now(UTC))) == 2_000
     db.release_memory()
     assert _memory_limit(db) == before  # reset, not left at the low value
     with db.write() as session:
         SubscriptionRepository(session).add_many([NewSubscription("s", "rel.after")])
     with db.read() as session:
-        assert len(SubscriptionRepository(session).columns()) == 2_001
+        assert len(SubscriptionRepository(session).columns(datetime.now(UTC))) == 2_001

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -242,7 +243,7 @@ def _insert_by_hand(db: Database, rows: list[tuple[str, str, str, str]]) -> None
 
 def _columns(db: Database) -> list[tuple[int, str, str, str, str]]:
     with db.read() as session:
-        table = SubscriptionRepository(session).columns()
+        table = SubscriptionRepository(session).columns(datetime.now(UTC))
     assert table.column_names == ["id", "tenant", "subscriber", "dialect", "pattern"]
     return list(zip(*(table.column(n).to_pylist() for n in table.column_names), strict=True))
 

@@ -50,6 +50,7 @@ SAMPLES: dict[str, Call[Any]] = {
     "create_subscription": calls.create_subscription(SubscriptionIn(subscriber="a")),
     "create_subscriptions": calls.create_subscriptions([{"subscriber": "a"}]),
     "get_subscription": calls.get_subscription(7),
+    "set_expiry": calls.set_expiry(7, ttl=60),
     "delete_subscription": calls.delete_subscription(7),
     "list_subscriptions": calls.list_subscriptions(),
     "count_subscriptions": calls.count_subscriptions(),

@@ -8,8 +8,17 @@ from typing import get_args
 
 from matcher import DIALECTS
 from pipeline.analytics import BUCKETS
+from store import expiry as store_expiry
+from store.models import AUDIT_ACTIONS
 from store.records import HEADERS_DIALECT, MODES
-from topicstore.models import AnalyticsBucket, Dialect, Mode, StoredDialect
+from topicstore.models import (
+    MAX_TTL_SECONDS,
+    AnalyticsBucket,
+    AuditAction,
+    Dialect,
+    Mode,
+    StoredDialect,
+)
 
 
 def test_the_models_name_the_dialects_modes_and_buckets_of_the_service() -> None:
@@ -17,3 +26,8 @@ def test_the_models_name_the_dialects_modes_and_buckets_of_the_service() -> None
     assert get_args(StoredDialect) == (*DIALECTS, HEADERS_DIALECT)
     assert get_args(Mode) == MODES
     assert get_args(AnalyticsBucket) == BUCKETS
+
+
+def test_the_models_bound_expiries_as_the_store_does() -> None:
+    assert MAX_TTL_SECONDS == store_expiry.MAX_TTL_SECONDS
+    assert get_args(AuditAction) == AUDIT_ACTIONS

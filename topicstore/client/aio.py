@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
@@ -156,6 +157,15 @@ class AsyncClient:
 
     async def get_subscription(self, sub_id: int) -> SubscriptionOut:
         return await self.send(calls.get_subscription(sub_id))
+
+    async def set_expiry(
+        self, sub_id: int, expires_at: datetime | None = None, *, ttl: int | None = None
+    ) -> SubscriptionOut:
+        """Set its expiry to ``ttl`` seconds from now, else to ``expires_at`` (aware),
+        else clear it (never expires); ``NotFoundError`` when there is no such
+        subscription, ``ConflictError`` (``subscription_expired``) when it has already
+        expired."""
+        return await self.send(calls.set_expiry(sub_id, expires_at, ttl))
 
     async def delete_subscription(self, sub_id: int) -> None:
         """``NotFoundError`` when there is no such subscription (for this tenant)."""

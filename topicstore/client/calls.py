@@ -205,6 +205,19 @@ def get_subscription(sub_id: int) -> Call[SubscriptionOut]:
     return Call("GET", f"/v1/subscriptions/{sub_id}", _model(SubscriptionOut))
 
 
+def set_expiry(
+    sub_id: int, expires_at: datetime | None = None, ttl: int | None = None
+) -> Call[SubscriptionOut]:
+    """``ttl`` seconds from now, else ``expires_at`` (an aware instant), else never."""
+    body: dict[str, JsonValue] = (
+        {"ttl": ttl}
+        if ttl is not None
+        else {"expires_at": None if expires_at is None else expires_at.isoformat()}
+    )
+    encoded = json.dumps(body, separators=(",", ":")).encode()
+    return Call("PATCH", f"/v1/subscriptions/{sub_id}", _model(SubscriptionOut), body=encoded)
+
+
 def delete_subscription(sub_id: int) -> Call[None]:
     return Call("DELETE", f"/v1/subscriptions/{sub_id}", _nothing)
 

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
@@ -154,6 +155,15 @@ class Client:
 
     def get_subscription(self, sub_id: int) -> SubscriptionOut:
         return self.send(calls.get_subscription(sub_id))
+
+    def set_expiry(
+        self, sub_id: int, expires_at: datetime | None = None, *, ttl: int | None = None
+    ) -> SubscriptionOut:
+        """Set its expiry to ``ttl`` seconds from now, else to ``expires_at`` (aware),
+        else clear it (never expires); ``NotFoundError`` when there is no such
+        subscription, ``ConflictError`` (``subscription_expired``) when it has already
+        expired."""
+        return self.send(calls.set_expiry(sub_id, expires_at, ttl))
 
     def delete_subscription(self, sub_id: int) -> None:
         """``NotFoundError`` when there is no such subscription (for this tenant)."""

@@ -1,5 +1,6 @@
-"""The times a request may name (the audit's ``from`` and ``to``): RFC 3339 date-times, one
-rule that the handler applies and the OpenAPI document states.
+"""The times a request may name (the audit's ``from`` and ``to``, a subscription's
+``expires_at``): RFC 3339 date-times, one rule that the handler applies and the OpenAPI
+document states. Here, beside the API's models, so the client reads times by it too.
 
 A bare number is not a time (pydantic would read ``0.5`` as seconds since 1970), nor is a
 time without an offset (RFC 3339 has none). The written year is bounded (``YEARS``): a
