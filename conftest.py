@@ -54,6 +54,7 @@ UNGROUPED: Final = (
     "tests/pipeline/test_standalone_cluster.py",
     "tests/pipeline/test_cli_preflight.py",
     "tests/pipeline/test_analytics.py",
+    "tests/pipeline/test_maintenance.py",
     "tests/pipeline/test_executor.py",
     "tests/pipeline/test_subscriptions.py",
 )

@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     )
     analytics_dir: Path | None = Field(
         Path("data/routed"),
-        description="A `topicstore route` output directory for /v1/analytics (None = off).",
+        description="A routed table (`topicstore route --out`) for /v1/analytics (None = off).",
     )
     analytics_subscriptions: Path | None = Field(
         Path("data/subscriptions.parquet"),

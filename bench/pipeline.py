@@ -30,6 +30,7 @@ from typing import Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
@@ -168,11 +169,8 @@ def _slice(source: Path, rows: int, target: Path) -> Path:
 def _agree(spark: SparkSession, pipeline_out: Path, naive_out: Path, last_id: str) -> bool:
     """Whether both approaches made exactly the same deliveries for the sample."""
     pairs = ["message_id", "subscription_id"]
-    ours = (
-        spark.read.parquet(str(pipeline_out / "deliveries"))
-        .where(sf.col("message_id") <= last_id)
-        .select(*pairs)
-    )
+    files = DeltaTable(str(pipeline_out)).file_uris(file_pruning_predicate="kind = 'deliveries'")
+    ours = spark.read.parquet(*files).where(sf.col("message_id") <= last_id).select(*pairs)
     theirs = spark.read.parquet(str(naive_out)).select(*pairs)
     return ours.exceptAll(theirs).isEmpty() and theirs.exceptAll(ours).isEmpty()
 

@@ -1,6 +1,13 @@
-"""Analytics over a routing job's tables: DuckDB SQL on the Parquet files it wrote.
+"""Analytics over the routed table (``pipeline.delta``, written by ``route`` and its stream):
+DuckDB SQL over one committed version of it.
 
-DuckDB runs in memory on its own connection and only reads the job's files (and, for
+The table's version is read through delta-rs as an Arrow dataset of exactly the files that
+version's log names, and DuckDB scans that dataset (filters on ``kind`` and ``date`` prune
+files): a query sees whole commits only, never a write in progress, and ``as_of`` reads an
+earlier version. (DuckDB's own ``delta`` extension is pinned to one DuckDB release and is
+fetched from DuckDB's site; delta-rs comes from PyPI with the project.)
+
+DuckDB runs in memory on its own connection and only reads the table (and, for
 ``never-matched``, a subscriptions export): it never opens the service's database file, so
 it runs beside a live service. Every query is a plain function returning a ``QueryResult``,
 for the command line and the HTTP API alike; ``run_query`` selects one by name.
@@ -25,7 +32,6 @@ if TYPE_CHECKING:  # DuckDB loads when a query runs, not when the CLI builds its
 from pipeline.errors import (
     InvalidBucketError,
     MissingColumnError,
-    MissingDeliveriesError,
     MissingSubscriptionsError,
     UnknownQueryError,
 )
@@ -34,15 +40,6 @@ from pipeline.errors import (
 BUCKETS: Final = ("minute", "hour", "day")
 DEFAULT_LIMIT: Final = 20
 
-_EMPTY_DELIVERIES: Final = (
-    "SELECT NULL::VARCHAR AS message_id, NULL::BIGINT AS subscription_id, "
-    "NULL::VARCHAR AS subscriber, NULL::VARCHAR AS tenant, NULL::VARCHAR AS topic, "
-    "NULL::TIMESTAMP AS ts WHERE false"
-)
-_EMPTY_UNMATCHED: Final = (
-    "SELECT NULL::VARCHAR AS message_id, NULL::VARCHAR AS tenant, NULL::VARCHAR AS topic, "
-    "NULL::TIMESTAMP AS ts WHERE false"
-)
 #: Every message once, with its fan-out (0 when unmatched).
 _PER_MESSAGE: Final = """
     per_message AS (
@@ -85,26 +82,12 @@ def _quote(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _parquet_files(directory: Path) -> bool:
-    return directory.is_dir() and any(directory.rglob("*.parquet"))
-
-
-def locate(path: Path) -> tuple[Path, Path]:
-    """The deliveries and unmatched directories of a job's output: ``path`` is the output
-    directory or its ``deliveries/`` (then ``unmatched/`` is its sibling)."""
-    root = path.parent if path.name == "deliveries" else path
-    return root / "deliveries", root / "unmatched"
-
-
-def _table_view(
-    conn: duckdb.DuckDBPyConnection, name: str, directory: Path, empty: str, columns: str
-) -> None:
-    if _parquet_files(directory):
-        source = f"read_parquet({_quote(directory / '**' / '*.parquet')}, hive_partitioning = true)"
-        # Spark writes UTC instants; with the session in UTC they become plain UTC times.
-        conn.execute(f"CREATE VIEW {name} AS SELECT {columns}, ts::TIMESTAMP AS ts FROM {source}")
-    else:
-        conn.execute(f"CREATE VIEW {name} AS {empty}")
+#: The views over the routed table, each one kind of its rows (``ts`` as UTC times).
+_VIEWS: Final = {
+    "deliveries": "message_id, subscription_id, subscriber, tenant, topic",
+    "unmatched": "message_id, tenant, topic",
+    "rejects": "message_id, subscription_id, topic, pattern, reason, detail, raw, source",
+}
 
 
 def _subscriptions_view(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -123,27 +106,25 @@ def _subscriptions_view(conn: duckdb.DuckDBPyConnection, path: Path) -> None:
 
 @contextmanager
 def open_tables(
-    deliveries: Path, subscriptions: Path | None = None
+    deliveries: Path, subscriptions: Path | None = None, as_of: int | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An in-memory DuckDB connection with views ``deliveries``, ``unmatched`` and (given a
-    subscriptions export) ``subscriptions`` over the files; closed on exit. A table the job
-    wrote no rows to is an empty view of the same columns."""
-    deliveries_dir, unmatched_dir = locate(deliveries)
-    if not deliveries_dir.is_dir():
-        raise MissingDeliveriesError(f"{deliveries} is neither a route output nor its deliveries/")
+    """An in-memory DuckDB connection with views ``deliveries``, ``unmatched``, ``rejects``
+    and (given a subscriptions export) ``subscriptions`` over version ``as_of`` (default:
+    the newest) of the routed table at ``deliveries``; closed on exit."""
     import duckdb
 
+    from pipeline import delta
+
+    rows = delta.dataset(delta.locate_table(deliveries), as_of)
     conn = duckdb.connect(":memory:")
     try:
         conn.execute("SET TimeZone = 'UTC'")
-        _table_view(
-            conn,
-            "deliveries",
-            deliveries_dir,
-            _EMPTY_DELIVERIES,
-            "message_id, subscription_id, subscriber, tenant, topic",
-        )
-        _table_view(conn, "unmatched", unmatched_dir, _EMPTY_UNMATCHED, "message_id, tenant, topic")
+        conn.register("routed", rows)
+        for kind, columns in _VIEWS.items():
+            conn.execute(
+                f"CREATE VIEW {kind} AS SELECT {columns}, ts::TIMESTAMP AS ts FROM routed "
+                f"WHERE kind = '{kind}'"
+            )
         if subscriptions is not None:
             _subscriptions_view(conn, subscriptions)
         yield conn
@@ -294,11 +275,12 @@ def run_query(
     subscriptions: Path | None = None,
     limit: int | None = None,
     bucket: str = "hour",
+    as_of: int | None = None,
 ) -> QueryResult:
-    """Query ``name`` over the job output at ``deliveries`` (see ``QUERIES`` for ``limit``;
-    ``bucket`` is for ``timeline``)."""
+    """Query ``name`` over the routed table at ``deliveries``, as of version ``as_of``
+    (default: the newest; see ``QUERIES`` for ``limit``; ``bucket`` is for ``timeline``)."""
     query = QUERIES.get(name)
     if query is None:
         raise UnknownQueryError(f"unknown query {name!r}; known: {', '.join(QUERIES)}")
-    with open_tables(deliveries, subscriptions) as conn:
+    with open_tables(deliveries, subscriptions, as_of) as conn:
         return query(conn, limit, bucket)

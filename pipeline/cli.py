@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -26,7 +26,10 @@ from pipeline.codes import DEFAULT_ENGINE
 from pipeline.errors import PipelineError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from pipeline.job import RouteJob
+    from pipeline.stream import StreamJob
 
 app = typer.Typer(
     help="Route message tables with Spark and query the results with DuckDB.",
@@ -48,7 +51,8 @@ def route(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", help="Output directory: deliveries/, unmatched/, rejects/, summary.json."
+            "--out",
+            help="The routed table (Delta): deliveries, unmatched and rejects; replaced.",
         ),
     ],
     subscriptions: Annotated[
@@ -94,6 +98,34 @@ def route(
             "(default: the embedded DuckDB file).",
         ),
     ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep routing files as they land in the --messages directory (a stream "
+            "appending to --out, exactly once per file; see --checkpoint).",
+        ),
+    ] = False,
+    available_now: Annotated[
+        bool,
+        typer.Option(
+            "--available-now",
+            help="As --follow, but route the files landed so far, then stop.",
+        ),
+    ] = False,
+    trigger_interval: Annotated[
+        float,
+        typer.Option(
+            "--trigger-interval", min=0.1, max=3600, help="--follow: seconds between batches."
+        ),
+    ] = 1.0,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="--follow: the stream's checkpoint directory (default: OUT/_checkpoint).",
+        ),
+    ] = None,
     class_archive: Annotated[
         str,
         typer.Option(
@@ -119,16 +151,37 @@ def route(
         preflight.check_paths(messages, subscriptions, out)
         if not _jvm_running():
             preflight.check_java(os.environ)
-        table = None
+        table, seq = None, None
         if api is not None:
             table = preflight.service_subscriptions(api, token)
         elif subscriptions is None:
-            table = preflight.store_subscriptions(database_url or DEFAULT_DATABASE_URL)
+            table, seq = preflight.store_subscriptions(database_url or DEFAULT_DATABASE_URL)
     except preflight.PreflightError as e:
         typer.echo(f"error: {e.code}: {e.message}", err=True)
         if e.hint:
             typer.echo(f"hint: {e.hint}", err=True)
         raise typer.Exit(e.status) from e
+    if follow or available_now:
+        from pipeline.stream import StreamJob  # Spark's Python side loads from here on
+
+        _follow(
+            StreamJob(
+                landing=messages,
+                out=out,
+                checkpoint=checkpoint,
+                subscriptions=subscriptions,
+                # From the store, each batch reads it again when its change log has moved.
+                database_url=None if api is not None else database_url or DEFAULT_DATABASE_URL,
+                subscription_table=table if api is not None else None,
+                subscriptions_from=api or "store",
+                engine=engine,
+                available_now=available_now,
+                trigger_interval_s=trigger_interval,
+            ),
+            master,
+            class_archive,
+        )
+        return
     from pipeline.job import RouteJob  # Spark's Python side loads from here on
 
     job = RouteJob(
@@ -136,6 +189,7 @@ def route(
         out=out,
         subscriptions=subscriptions,
         subscription_table=table,
+        subscription_seq=seq,
         subscriptions_from=api or "store",
         engine=engine,
     )
@@ -154,21 +208,19 @@ def _jvm_running() -> bool:
     return jvm_started()
 
 
-def _route(job: RouteJob, master: str | None, class_archive: str) -> None:
-    """Run ``job`` on a Spark session (a caller's, else one started here) and print its
-    summary."""
+def _on_spark(master: str | None, class_archive: str, work: Callable[[SparkSession], None]) -> None:
+    """Run ``work`` on a Spark session (a caller's, else one started here, stopped after),
+    reporting a known error as one line (exit 2); keep the class archive once it ran."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import SparkSession  # Spark loads only for this command
 
-    from pipeline.job import run
     from pipeline.session import class_archive_complete, spark_session
     from store import StoreError
 
-    out = job.out
     ours = SparkSession.getActiveSession() is None  # a caller's session is left running
     spark = spark_session(master, class_archive=class_archive_file(class_archive, os.environ))
     try:
-        summary = run(spark, job)
+        work(spark)
     except (PipelineError, StoreError) as e:
         typer.echo(f"error: {e.code}: {e.message}", err=True)
         raise typer.Exit(2) from e
@@ -177,17 +229,42 @@ def _route(job: RouteJob, master: str | None, class_archive: str) -> None:
         message = str(e).strip().splitlines()[0] if str(e).strip() else code
         typer.echo(f"error: {code}: {message}", err=True)
         raise typer.Exit(2) from e
+    except KeyboardInterrupt:  # --follow runs until it is interrupted
+        typer.echo("stopped", err=True)
+        return
     finally:
         if ours:
             spark.stop()
     class_archive_complete()  # a whole job ran: the JVM's class archive is worth keeping
-    typer.echo(
-        f"routed {summary.messages:,} messages in {summary.duration_s:.1f} s "
-        f"({summary.messages_per_s:,.0f} msg/s): {summary.deliveries:,} deliveries, "
-        f"{summary.unmatched:,} unmatched, {summary.rejected:,} rejected; "
-        f"{summary.subscriptions:,} subscriptions ({summary.subscriptions_rejected:,} rejected)"
+
+
+def _route(job: RouteJob, master: str | None, class_archive: str) -> None:
+    """Run ``job`` and print its summary."""
+    from pipeline.job import run
+
+    def work(spark: SparkSession) -> None:
+        summary = run(spark, job)
+        typer.echo(
+            f"routed {summary.messages:,} messages in {summary.duration_s:.1f} s "
+            f"({summary.messages_per_s:,.0f} msg/s): {summary.deliveries:,} deliveries, "
+            f"{summary.unmatched:,} unmatched, {summary.rejected:,} rejected; "
+            f"{summary.subscriptions:,} subscriptions "
+            f"({summary.subscriptions_rejected:,} rejected)"
+        )
+        typer.echo(f"summary: {job.out / '_summary.json'} (table version {summary.table_version})")
+
+    _on_spark(master, class_archive, work)
+
+
+def _follow(job: StreamJob, master: str | None, class_archive: str) -> None:
+    """Run the stream ``job``, a line per micro-batch, until it ends or is interrupted."""
+    from pipeline.stream import run
+
+    _on_spark(
+        master,
+        class_archive,
+        lambda spark: run(spark, job, lambda progress: typer.echo(progress.line())),
     )
-    typer.echo(f"summary: {out / 'summary.json'}")
 
 
 def class_archive_file(setting: str, environ: Mapping[str, str]) -> Path | None:
@@ -247,7 +324,7 @@ def analytics(
     ],
     deliveries: Annotated[
         Path,
-        typer.Option("--deliveries", help="A route output directory (or its deliveries/)."),
+        typer.Option("--deliveries", help="A routed table (a route or stream --out)."),
     ],
     subscriptions: Annotated[
         Path | None,
@@ -264,8 +341,12 @@ def analytics(
     bucket: Annotated[
         str, typer.Option("--bucket", help=f"timeline bucket: {', '.join(BUCKETS)}.")
     ] = "hour",
+    as_of: Annotated[
+        int | None,
+        typer.Option("--as-of", min=0, help="Read this version of the table (default: newest)."),
+    ] = None,
 ) -> None:
-    """Query a route output with DuckDB (in memory; the service's database is never opened)."""
+    """Query a routed table with DuckDB (in memory; the service's database is never opened)."""
     if chart is not None:
         from pipeline.charts import CHARTS  # matplotlib loads only for charts
 
@@ -276,7 +357,7 @@ def analytics(
             )
     try:
         result = run_query(
-            query, deliveries, subscriptions=subscriptions, limit=limit, bucket=bucket
+            query, deliveries, subscriptions=subscriptions, limit=limit, bucket=bucket, as_of=as_of
         )
         if chart is not None:
             from pipeline.charts import write_chart

@@ -1,6 +1,6 @@
 """Exceptions of the pipeline package: problems with a whole input (a missing column, an
 unreadable path) or with a request (an unknown query), never with a single row; malformed
-rows go to ``rejects/`` instead.
+rows become reject rows of the routed table instead.
 
 Each kind of refusal has its own class with a fixed ``code``, so a caller (the API, the
 command line) decides by class, and the code strings stay what clients already see.
@@ -44,7 +44,7 @@ class UnknownQueryError(_FixedCodeError):
 
 
 class MissingDeliveriesError(_FixedCodeError):
-    """The path given as the job's output holds no ``deliveries/`` table."""
+    """The path given as the job's output holds no routed table (no ``_delta_log/``)."""
 
     code = "no_deliveries"
 
@@ -59,6 +59,12 @@ class InvalidBucketError(_FixedCodeError):
     """A time bucket ``timeline`` does not know."""
 
     code = "invalid_bucket"
+
+
+class UnknownVersionError(_FixedCodeError):
+    """``as_of`` names a version the routed table does not have (or no longer has)."""
+
+    code = "unknown_version"
 
 
 class NoChartError(_FixedCodeError):

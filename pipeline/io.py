@@ -1,8 +1,8 @@
-"""The job's edges: reading messages and subscriptions, writing its tables and summary.
+"""The job's edges: reading messages and subscriptions, writing its rows and summary.
 
-Every output is written with ``overwrite`` into its own directory under the job's output
-directory, so running a job again replaces its previous output and never adds to it; other
-files in that directory are left alone.
+Rows are written as Parquet into a staging directory of the routed table
+(``pipeline.delta``), which the driver then commits; the summary is written beside the
+table's log, atomically.
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from pipeline import delta
 from pipeline.errors import MissingColumnError
-from pipeline.schema import CORRUPT_COLUMN, JSON_MESSAGES, REJECT_SCHEMA, SUBSCRIPTIONS_SOURCE
+from pipeline.schema import CORRUPT_COLUMN, JSON_MESSAGES, SUBSCRIPTIONS_SOURCE
 from pipeline.subscriptions import REQUIRED_COLUMNS, SubscriptionReject
-from store import Database
-from store.arrow import subscriptions_table
+from store import Database, SubscriptionRepository
+from store.arrow import subscriptions_snapshot
 
 JSON_SUFFIXES: Final = (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz")
-#: What a job writes under its output directory (and nothing else).
-DELIVERIES: Final = "deliveries"
-UNMATCHED: Final = "unmatched"
-REJECTS: Final = "rejects"
-SUMMARY: Final = "summary.json"
+#: The last run's summary, in the table's directory (a leading ``_``: Delta readers and
+#: ``vacuum`` leave it alone).
+SUMMARY: Final = "_summary.json"
 
 
 def is_json(path: str) -> bool:
@@ -64,14 +63,26 @@ def read_subscriptions(spark: SparkSession, path: str) -> pa.Table:
     return table
 
 
-def store_subscriptions(database_url: str) -> pa.Table:
-    """Every subscription in the store at ``database_url``, read in one snapshot (the
-    ``topicstore export`` layout); ``NoSchemaError`` for a store never migrated (it is
-    not created empty)."""
+def store_subscriptions(database_url: str) -> tuple[pa.Table, int]:
+    """Every subscription in the store at ``database_url`` and the change-log sequence
+    number they reflect, read in one snapshot (the ``topicstore export`` layout);
+    ``NoSchemaError`` for a store never migrated (it is not created empty)."""
     db = Database(database_url, create=False)
     try:
         db.require_schema()
-        return subscriptions_table(db)
+        return subscriptions_snapshot(db)
+    finally:
+        db.dispose()
+
+
+def store_seq(database_url: str) -> int:
+    """The store's newest change-log sequence number: one indexed query, to tell whether a
+    snapshot read earlier is still current. The store is opened for the query only (a
+    DuckDB file stays free for its writers in between)."""
+    db = Database(database_url, create=False)
+    try:
+        with db.read() as session:
+            return SubscriptionRepository(session).last_seq()
     finally:
         db.dispose()
 
@@ -82,36 +93,37 @@ def _check_subscription_columns(table: pa.Table, source: str) -> None:
         raise MissingColumnError(f"subscriptions in {source} have no {', '.join(missing)} column")
 
 
-def subscription_rejects(spark: SparkSession, rejects: list[SubscriptionReject]) -> DataFrame:
-    """Rejected subscription rows in the ``REJECT_SCHEMA`` layout."""
-    rows = [
-        (
-            None,
-            r.subscription_id,
-            None,
-            r.pattern,
-            None,
-            r.reason,
-            r.detail,
-            r.raw,
-            SUBSCRIPTIONS_SOURCE,
-        )
-        for r in rejects
-    ]
-    return spark.createDataFrame(rows, REJECT_SCHEMA)
+def subscription_reject_rows(rejects: list[SubscriptionReject]) -> pa.Table:
+    """Rejected subscription rows in the routed table's layout (no ``ts``: no date)."""
+    n = len(rejects)
+    given: dict[str, list[Any]] = {
+        "subscription_id": [r.subscription_id for r in rejects],
+        "pattern": [r.pattern for r in rejects],
+        "reason": [r.reason for r in rejects],
+        "detail": [r.detail for r in rejects],
+        "raw": [r.raw for r in rejects],
+        "source": [SUBSCRIPTIONS_SOURCE] * n,
+    }
+    table = pa.table({name: given.get(name, [None] * n) for name in delta.DATA_SCHEMA.names})
+    return table.cast(delta.DATA_SCHEMA).append_column("date", pa.nulls(n, pa.date32()))
 
 
 #: Parquet writer options of every table. Message ids are unique: a dictionary for them
 #: never pays (the writer builds one per column chunk, then falls back to plain), and
 #: building it was 8% of the JVM's samples on a 10M-message route.
-WRITE_OPTIONS: Final = {"parquet.enable.dictionary#message_id": "false"}
+WRITE_OPTIONS: Final = {
+    "parquet.enable.dictionary#message_id": "false",
+    # The commit names the files; a _SUCCESS marker would only be litter in the table.
+    "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+}
 
 
-def write_table(frame: DataFrame, path: Path, partition_by: str) -> None:
-    """Replace the table at ``path`` with ``frame``, hive-partitioned by one column."""
-    frame.write.mode("overwrite").partitionBy(partition_by).options(**WRITE_OPTIONS).parquet(
-        str(path)
-    )
+def write_staged(frame: DataFrame, staged: Path) -> None:
+    """Write ``frame`` (``transforms.table_rows``) as Parquet under ``staged``, a new
+    directory, partitioned as the routed table is (``kind=``, ``date=``)."""
+    frame.write.mode("errorifexists").partitionBy(*delta.PARTITIONS).options(
+        **WRITE_OPTIONS
+    ).parquet(str(staged))
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:

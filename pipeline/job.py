@@ -1,24 +1,26 @@
-"""The routing job: read messages and subscriptions, route, write the tables and a summary.
+"""The routing job: read messages and subscriptions, route, commit the routed table, write a
+summary.
 
 I/O happens here and in ``pipeline.io`` only; everything between is the pure
-transformations of ``pipeline.transforms``. The matcher runs once per message: the routed rows
-are persisted and the three tables (deliveries, unmatched, rejects) are split off them. The
-summary's counts are observed while the first table is written (no job of their own), and a
-table they show empty is written without reading the rows again; only rejected messages,
-when there are any, are counted by reason in one more small job.
+transformations of ``pipeline.transforms``. The routing step (``pipeline.staging``) is the
+one every stream micro-batch runs too: routed once per message, every output written in one
+pass as Parquet staged under the table, then committed by the driver in one Delta
+transaction (``pipeline.delta``) that replaces the table's rows.
 
-Output under ``out``::
+Output ``out`` is the routed table; readers see the last committed run whole (an earlier one
+with ``--as-of``)::
 
-    deliveries/date=YYYY-MM-DD/   message_id, subscription_id, subscriber, tenant, topic, ts
-    unmatched/date=YYYY-MM-DD/    message_id, tenant, topic, ts
-    rejects/source=messages/      message_id, subscription_id, topic, pattern, ts, reason,
-    rejects/source=subscriptions/ detail, raw (the original row, for rows refused before routing)
-    summary.json                  counts, duration, messages/s (written last)
+    _delta_log/                          the table's log, one JSON file per commit
+    route-ID/kind=deliveries/date=DAY/   rows of ``delta.DATA_SCHEMA``: deliveries,
+    route-ID/kind=unmatched/date=DAY/    unmatched messages and rejects (with their reason
+    route-ID/kind=rejects/date=DAY/      code, detail and raw row; source = messages or
+                                         subscriptions)
+    _summary.json                        counts, duration, messages/s (written last)
 
-Re-running overwrites these and nothing else; ``summary.json`` is removed when a run starts
-and written when it has finished, so its presence means the tables are complete.
+Re-running commits a new version that replaces the rows; ``_summary.json`` is removed when a
+run starts and written once it has committed. A run that fails removes its staged files.
 
-Bounds, each enforced where the row enters and reported by code in ``rejects/``:
+Bounds, each enforced where the row enters and reported by code as a reject row:
 
 * topics: the matcher's ``Limits`` (``RouteJob.limits``; 255 UTF-8 bytes and 256 words by
   default, AMQP's routing key): ``topic_too_long``, ``too_many_words``, ``nul_byte``, and
@@ -40,6 +42,7 @@ directory every node mounts at the same path (a shared volume).
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,30 +50,31 @@ from time import perf_counter
 from typing import Any
 
 import pyarrow as pa
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import SparkSession
 
 from matcher import HeaderLimits, Limits
-from pipeline import io, transforms
+from pipeline import delta, io, transforms
 from pipeline.codes import DEFAULT_ENGINE, MAX_OUTPUT_ROWS
-from pipeline.errors import PipelineError
 from pipeline.session import JOB_SQL_CONF
-from pipeline.subscriptions import SubscriptionPlan, SubscriptionReject, build_plan
+from pipeline.staging import plan_subscriptions, reason_counts, stage_routed
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class RouteJob:
-    """What to route and where to. ``subscriptions`` is a Parquet path; without it the
-    subscriptions come from ``subscription_table`` (read by the caller before Spark
-    started, from ``subscriptions_from``), else from the store at ``database_url``."""
+    """What to route and where to (``out``: the routed table's directory).
+    ``subscriptions`` is a Parquet path; without it the subscriptions come from
+    ``subscription_table`` (read by the caller before Spark started, from
+    ``subscriptions_from``; the store's change-log sequence number it reflects in
+    ``subscription_seq``), else from the store at ``database_url``."""
 
     messages: str
     out: Path
     subscriptions: str | None = None
     database_url: str | None = None
     subscription_table: pa.Table | None = None
+    subscription_seq: int | None = None
     subscriptions_from: str = "store"
     engine: str = DEFAULT_ENGINE
     limits: Limits = field(default_factory=Limits)
@@ -81,8 +85,10 @@ class RouteJob:
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """What a run did. ``messages`` = ``matched`` + ``unmatched`` + ``rejected``;
-    ``duration_s`` runs from reading the subscriptions to the last table written, and
-    ``stages_s`` splits it (the first table written includes the routing itself)."""
+    ``duration_s`` runs from reading the subscriptions to the commit, and ``stages_s``
+    splits it. ``table_version`` is the routed table's version the run committed,
+    ``change_seq`` the store's change-log sequence number its subscriptions reflect (None
+    when they came from a file)."""
 
     started_at: str
     duration_s: float
@@ -101,6 +107,8 @@ class RunSummary:
     subscriptions_source: str
     out: str
     stages_s: dict[str, float]
+    table_version: int | None
+    change_seq: int | None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,67 +127,8 @@ class _Stages:
         self._mark = now
 
 
-def _parallelism(spark: SparkSession) -> int:
-    return max(1, spark.sparkContext.defaultParallelism)
-
-
-def _spread(frame: DataFrame, parallelism: int) -> DataFrame:
-    """At least one partition per core: a single Parquet row group or JSON file would
-    otherwise be routed by one Python worker while the others idle."""
-    if frame.rdd.getNumPartitions() < parallelism:
-        return frame.repartition(parallelism)
-    return frame
-
-
-def _plan(
-    spark: SparkSession, job: RouteJob
-) -> tuple[SubscriptionPlan, list[SubscriptionReject], str]:
-    """The subscriptions to route to, the rows left out, and where they came from."""
-    if job.subscriptions is not None:
-        table = io.read_subscriptions(spark, job.subscriptions)
-        source = job.subscriptions
-    elif job.subscription_table is not None:
-        table, source = job.subscription_table, job.subscriptions_from
-    elif job.database_url is not None:
-        table = io.store_subscriptions(job.database_url)
-        source = "store"
-    else:
-        raise PipelineError("no_subscriptions", "give a subscriptions file or a database URL")
-    plan, rejects = build_plan(
-        table, engine=job.engine, limits=job.limits, header_limits=job.header_limits
-    )
-    log.debug("%d subscriptions (%d rejected); engine %s", len(plan), len(rejects), job.engine)
-    return plan, rejects, source
-
-
-def _rows_if_any(frame: DataFrame, rows: int) -> DataFrame:
-    """``frame``, or its empty form when the observed totals say it has no ``rows``: Spark
-    plans ``LIMIT 0`` as an empty relation, so writing it scans nothing (with every message
-    matched, the unmatched and rejects tables each scanned all the cached routed rows to
-    find none)."""
-    return frame if rows else frame.limit(0)
-
-
-def _reason_counts(pairs: list[tuple[str, int]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for reason, n in sorted(pairs):
-        counts[reason] = counts.get(reason, 0) + n
-    return counts
-
-
-def _rejects_by_reason(routed: DataFrame, rejected: int) -> dict[str, int]:
-    if not rejected:
-        return {}  # the usual case: no job to count nothing
-    return _reason_counts(
-        [
-            (str(row["reason"]), row["rows"])
-            for row in transforms.rejects_by_reason(routed).collect()
-        ]
-    )
-
-
 def run(spark: SparkSession, job: RouteJob) -> RunSummary:
-    """Run ``job`` on ``spark``; malformed rows go to ``rejects/``, never stop the run.
+    """Run ``job`` on ``spark``; malformed rows become rejects, never stop the run.
 
     Raises ``PipelineError`` for a problem with a whole input (no such column, neither
     subscriptions nor a database given) and the store's errors for an unusable store.
@@ -192,36 +141,40 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     stages = _Stages()
 
-    plan, sub_rejects, source = _plan(spark, job)
-    broadcast = spark.sparkContext.broadcast(plan)
-    messages = transforms.normalize_messages(io.read_messages(spark, job.messages))
-    routed = transforms.route(
-        _spread(messages, _parallelism(spark)), broadcast, job.max_output_rows
+    snapshot = plan_subscriptions(
+        spark,
+        subscriptions=job.subscriptions,
+        table=job.subscription_table,
+        table_source=job.subscriptions_from,
+        table_seq=job.subscription_seq,
+        database_url=job.database_url,
+        engine=job.engine,
+        limits=job.limits,
+        header_limits=job.header_limits,
     )
-    # Route once; the tables are all read from the cached rows, and the totals observed while
-    # the first of them computes those rows.
-    totals = Observation("routed")
-    routed = routed.observe(totals, *transforms.routed_totals())
-    routed = routed.persist(StorageLevel.MEMORY_AND_DISK)
+    messages = transforms.normalize_messages(io.read_messages(spark, job.messages))
+    staged = delta.stage(out, "route")
+    broadcast = spark.sparkContext.broadcast(snapshot.plan)
     stages.done("plan")
     try:
-        io.write_table(transforms.deliveries(routed), out / io.DELIVERIES, "date")
-        stages.done("route_and_deliveries")
-        counted: dict[str, int] = totals.get
-        unmatched_rows = _rows_if_any(transforms.unmatched(routed), counted["unmatched"])
-        io.write_table(unmatched_rows, out / io.UNMATCHED, "date")
-        stages.done("unmatched")
-        rejects = _rows_if_any(transforms.message_rejects(routed), counted["rejected"])
-        if sub_rejects:
-            rejects = rejects.unionByName(io.subscription_rejects(spark, sub_rejects))
-        io.write_table(rejects, out / io.REJECTS, "source")
-        stages.done("rejects")
-        by_reason = _rejects_by_reason(routed, counted["rejected"])
-        stages.done("counts")
+        counted, by_reason = stage_routed(
+            messages, broadcast, snapshot.rejects, staged, job.max_output_rows
+        )
+        stages.done("route_and_write")
+        version, _ = delta.commit(
+            out,
+            staged,
+            replace=True,
+            metadata={"writer": "route", "change_seq": snapshot.seq, **counted},
+        )
+        stages.done("commit")
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)  # never committed: nothing reads it
+        raise
     finally:
-        routed.unpersist()
         broadcast.unpersist()
 
+    plan, sub_rejects = snapshot.plan, snapshot.rejects
     duration = sum(stages.seconds.values())
     matched, unmatched, rejected = counted["matched"], counted["unmatched"], counted["rejected"]
     total = matched + unmatched + rejected
@@ -237,12 +190,14 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
         rejects_by_reason=by_reason,
         subscriptions=len(plan),
         subscriptions_rejected=len(sub_rejects),
-        subscription_rejects_by_reason=_reason_counts([(r.reason, 1) for r in sub_rejects]),
+        subscription_rejects_by_reason=reason_counts([(r.reason, 1) for r in sub_rejects]),
         engine=job.engine,
         messages_path=job.messages,
-        subscriptions_source=source,
+        subscriptions_source=snapshot.source,
         out=str(out),
         stages_s=stages.seconds,
+        table_version=version,
+        change_seq=snapshot.seq,
     )
     io.write_summary(out / io.SUMMARY, summary.to_json())
     log.debug(

@@ -148,10 +148,10 @@ def check_java(environ: Mapping[str, str]) -> str:
     return first
 
 
-def store_subscriptions(database_url: str) -> pa.Table:
-    """Every subscription of the store, read now: a store that another process holds (a
-    running service on its DuckDB file), never migrated, or not answering is refused
-    here, with what to do instead."""
+def store_subscriptions(database_url: str) -> tuple[pa.Table, int]:
+    """Every subscription of the store, read now, with the change-log sequence number they
+    reflect: a store that another process holds (a running service on its DuckDB file),
+    never migrated, or not answering is refused here, with what to do instead."""
     import sqlalchemy as sa
 
     from pipeline.io import store_subscriptions as read

@@ -64,22 +64,7 @@ ROUTED: Final = StructType(
 )
 
 ROUTED_NAMES: Final = tuple(ROUTED.fieldNames())
-DELIVERY_COLUMNS: Final = ("message_id", "subscription_id", "subscriber", "tenant", "topic", "ts")
-UNMATCHED_COLUMNS: Final = ("message_id", "tenant", "topic", "ts")
-#: Both inputs' rejects share one table, partitioned by ``source``.
-REJECT_SCHEMA: Final = StructType(
-    [
-        StructField("message_id", StringType()),
-        StructField("subscription_id", LongType()),
-        StructField("topic", StringType()),
-        StructField("pattern", StringType()),
-        StructField("ts", TimestampType()),
-        StructField("reason", StringType()),
-        StructField("detail", StringType()),
-        StructField("raw", StringType()),
-        StructField("source", StringType()),
-    ]
-)
+#: ``source`` of a reject row: which input it came from.
 MESSAGES_SOURCE: Final = "messages"
 SUBSCRIPTIONS_SOURCE: Final = "subscriptions"
 

@@ -73,12 +73,13 @@ JOB_SQL_CONF: Final[Mapping[str, str]] = {
     # The routed rows are cached only while the three tables are written: compressing them
     # cost more CPU than it saved (1M messages: ~1.4 CPU-s of ~5).
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
-    # A partitioned write sorted each task's rows by `date` first (millions of rows per task
-    # on local[2]); a task's messages span a day or two, so it writes up to two partitions
-    # at once unsorted instead, and Spark sorts only what a third one would need (each open
-    # writer buffers up to a Parquet row group: two bound the memory).
+    # A partitioned write sorted each task's rows by `kind` and `date` first (millions of
+    # rows per task on local[2]); a task's messages span a day or two, of deliveries and
+    # unmatched messages, so it writes up to four partitions at once unsorted instead, and
+    # Spark sorts only what a fifth one would need (each open writer buffers up to a Parquet
+    # row group: four bound the memory, and the deliveries' is the only large one).
     "spark.sql.optimizer.plannedWrite.enabled": "false",
-    "spark.sql.maxConcurrentOutputFileWriters": "2",
+    "spark.sql.maxConcurrentOutputFileWriters": "4",
 }
 
 _LOG4J2: Final = """\

@@ -3,7 +3,7 @@
 ``normalize_messages`` brings any accepted message layout to ``schema.ROUTE_INPUT`` and marks
 rows that are malformed before any matching (missing fields, bad timestamps, JSON lines that
 do not parse); ``route`` matches on the executors with our own engines (``mapInArrow``);
-``deliveries``, ``unmatched`` and ``rejects`` split the routed rows into the job's tables.
+``table_rows`` lays the routed rows out as the routed table stores them (``pipeline.delta``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pipeline import delta
 from pipeline.codes import (
     DEFAULT_DIALECT,
     DELIVERY,
@@ -50,15 +51,12 @@ from pipeline.errors import InputSchemaError, MissingColumnError
 from pipeline.executor import router_for
 from pipeline.schema import (
     CORRUPT_COLUMN,
-    DELIVERY_COLUMNS,
     HEADERS_DDL,
     HEADERS_TYPE,
     MESSAGES_SOURCE,
     OPTIONAL_INPUT,
-    REJECT_SCHEMA,
     ROUTE_INPUT,
     ROUTED,
-    UNMATCHED_COLUMNS,
 )
 from pipeline.subscriptions import SubscriptionPlan
 from store import DEFAULT_TENANT
@@ -114,8 +112,9 @@ def _headers(column: Column, data_type: DataType) -> Column:
     )
 
 
-def normalize_messages(messages: DataFrame) -> DataFrame:
-    """``messages`` in the ``ROUTE_INPUT`` layout, every malformed row marked with a reason.
+def normalize_messages(messages: DataFrame, keep: tuple[str, ...] = ()) -> DataFrame:
+    """``messages`` in the ``ROUTE_INPUT`` layout, every malformed row marked with a reason
+    (and the ``keep`` columns after it, as they are: a stream's file times).
 
     Required columns: ``message_id``, ``topic``, ``ts``. Optional, and passed on only when
     present: ``tenant`` (default ``default``), ``dialect`` (``amqp``, ``mqtt`` or ``nats``;
@@ -130,7 +129,9 @@ def normalize_messages(messages: DataFrame) -> DataFrame:
         raise MissingColumnError(
             f"messages have no {', '.join(missing)} column (need message_id, topic, ts)"
         )
-    originals = [sf.col(name) for name in messages.columns if name != CORRUPT_COLUMN]
+    originals = [
+        sf.col(name) for name in messages.columns if name != CORRUPT_COLUMN and name not in keep
+    ]
     message_id = _text(sf.col("message_id"), "message_id", types["message_id"])
     topic = _text(sf.col("topic"), "topic", types["topic"])
     ts_in = sf.col("ts")
@@ -224,6 +225,7 @@ def normalize_messages(messages: DataFrame) -> DataFrame:
         sf.make_valid_utf8(detail).alias("detail"),
         sf.when(reason.isNotNull(), sf.make_valid_utf8(original)).alias("raw"),
         *(shown(column).alias(name) for name, column in optional.items()),
+        *keep,
     )
 
 
@@ -257,25 +259,23 @@ def _date() -> Column:
     return sf.to_date("ts").alias("date")
 
 
-def deliveries(routed: DataFrame) -> DataFrame:
-    """One row per (message, matching subscription), with its ``date`` partition."""
-    return routed.where(sf.col("output") == DELIVERY).select(*DELIVERY_COLUMNS, _date())
-
-
-def unmatched(routed: DataFrame) -> DataFrame:
-    """Valid messages no subscription matched, with their ``date`` partition."""
-    return routed.where(sf.col("output") == UNMATCHED).select(*UNMATCHED_COLUMNS, _date())
-
-
-def message_rejects(routed: DataFrame) -> DataFrame:
-    """Rejected messages in the ``REJECT_SCHEMA`` layout (``source`` = messages)."""
+def table_rows(routed: DataFrame) -> DataFrame:
+    """Every routed row in the routed table's layout (``pipeline.delta``): its data columns
+    in order, then the ``kind`` and ``date`` partitions."""
+    output = sf.col("output")
+    kind = (
+        sf.when(output == DELIVERY, sf.lit(delta.DELIVERIES))
+        .when(output == UNMATCHED, sf.lit(delta.UNMATCHED))
+        .otherwise(sf.lit(delta.REJECTS))
+    )
     values = {
-        "subscription_id": sf.lit(None).cast("long"),
         "pattern": sf.lit(None).cast("string"),
-        "source": sf.lit(MESSAGES_SOURCE),
+        "source": sf.when(output == REJECTED, sf.lit(MESSAGES_SOURCE)),
     }
-    return routed.where(sf.col("output") == REJECTED).select(
-        *(values.get(f.name, sf.col(f.name)).alias(f.name) for f in REJECT_SCHEMA.fields)
+    return routed.select(
+        *(values.get(name, sf.col(name)).alias(name) for name in delta.DATA_SCHEMA.names),
+        kind.alias("kind"),
+        _date(),
     )
 
 
@@ -290,12 +290,3 @@ def routed_totals() -> list[Column]:
         sf.count_if(output == UNMATCHED).alias("unmatched"),
         sf.count_if(output == REJECTED).alias("rejected"),
     ]
-
-
-def rejects_by_reason(routed: DataFrame) -> DataFrame:
-    """Rejected messages per ``reason`` (``reason``, ``rows``)."""
-    return (
-        routed.where(sf.col("output") == REJECTED)
-        .groupBy("reason")
-        .agg(sf.count(sf.lit(1)).alias("rows"))
-    )

@@ -1,5 +1,6 @@
-"""A small routing-job output written by hand (the layout `topicstore route` writes), with
-expectations computed by hand: shared by the analytics tests of pipeline/ and of the API."""
+"""A small routed table written by hand (the Delta layout `topicstore route` writes, through
+delta-rs' own writer), with expectations computed by hand: shared by the analytics tests of
+pipeline/ and of the API. Two commits: version 0 holds May 1st, version 1 adds May 2nd."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake import write_deltalake
+
+from pipeline import delta
 
 
 def _at(day: int, hour: int, minute: int) -> datetime:
@@ -41,23 +45,41 @@ SUBSCRIPTIONS = [
 ]
 
 
-def _write(root: Path, name: str, columns: list[str], rows: list[tuple[object, ...]]) -> None:
-    data: dict[str, Any] = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
-    data["date"] = [ts.date().isoformat() for ts in data["ts"]]
-    data["ts"] = pa.array(data["ts"], pa.timestamp("us", tz="UTC"))
-    pq.write_to_dataset(pa.table(data), root / name, partition_cols=["date"])
-    (root / name / "_SUCCESS").touch()  # as Spark leaves it
+#: The commit that added each day's rows.
+VERSIONS = {1: 0, 2: 1}
+
+
+def _rows(kind: str, columns: list[str], rows: list[tuple[object, ...]], day: int) -> pa.Table:
+    chosen = [r for r in rows if r[-1].day == day]  # type: ignore[attr-defined]
+    data: dict[str, Any] = {c: [r[i] for r in chosen] for i, c in enumerate(columns)}
+    n = len(chosen)
+    full = {name: data.get(name, [None] * n) for name in delta.DATA_SCHEMA.names}
+    full["kind"] = [kind] * n
+    full["date"] = [ts.date() for ts in data["ts"]]
+    return pa.table(full, schema=delta.SCHEMA)
 
 
 def write_routed(root: Path) -> Path:
-    """Write deliveries/, unmatched/ and subscriptions.parquet under ``root``."""
-    _write(
-        root,
-        "deliveries",
-        ["message_id", "subscription_id", "subscriber", "tenant", "topic", "ts"],
-        list(DELIVERIES),
-    )
-    _write(root, "unmatched", ["message_id", "tenant", "topic", "ts"], list(UNMATCHED))
+    """Write the routed table at ``root`` (two commits) and ``root/subscriptions.parquet``."""
+    for day in sorted(VERSIONS):
+        write_deltalake(
+            root,
+            pa.concat_tables(
+                [
+                    _rows(
+                        "deliveries",
+                        ["message_id", "subscription_id", "subscriber", "tenant", "topic", "ts"],
+                        list(DELIVERIES),
+                        day,
+                    ),
+                    _rows(
+                        "unmatched", ["message_id", "tenant", "topic", "ts"], list(UNMATCHED), day
+                    ),
+                ]
+            ),
+            partition_by=list(delta.PARTITIONS),
+            mode="append",
+        )
     ids, tenants, subscribers, patterns = zip(*SUBSCRIPTIONS, strict=True)
     pq.write_table(
         pa.table(

@@ -1,6 +1,6 @@
 """The ``topicstore`` command line: one typer app whose commands live in this package's
 modules (``service``, ``subs``, ``reads``) and in ``pipeline.cli`` (``route``,
-``analytics``), registered here.
+``analytics``) and ``pipeline.table_cli`` (``table``), registered here.
 
 Only typer loads up front: every command imports what it needs (the store, FastAPI, Spark,
 the bench suite) when it runs, so ``topicstore --help`` and ``sub ls`` stay quick. A known
@@ -17,6 +17,7 @@ from app.cli.reads import audit_log, match_topic
 from app.cli.service import migrate, serve
 from app.cli.subs import export, sub
 from pipeline.cli import analytics, route
+from pipeline.table_cli import table
 
 app = typer.Typer(
     cls=ReportingGroup,
@@ -71,7 +72,8 @@ app.command(short_help="Write the subscriptions to a Parquet file.")(export)
 # The Spark job and the analytics live in pipeline/ (``pipeline.cli`` loads neither Spark
 # nor DuckDB until one runs); they are commands of this one CLI.
 app.command(short_help="Route a table of messages to the subscriptions (Spark).")(route)
-app.command(short_help="Query a route output with DuckDB.")(analytics)
+app.command(short_help="Query a routed table with DuckDB.")(analytics)
+app.add_typer(table, name="table")
 
 
 def main() -> None:

@@ -14,7 +14,12 @@ from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
 from app.refusals import NotConfiguredError, NotFoundError, OperatorOnlyError, ServiceError
 from pipeline.analytics import BUCKETS, QUERIES, run_query
-from pipeline.errors import MissingDeliveriesError, MissingSubscriptionsError, PipelineError
+from pipeline.errors import (
+    MissingDeliveriesError,
+    MissingSubscriptionsError,
+    PipelineError,
+    UnknownVersionError,
+)
 from topicstore.models import AnalyticsOut
 
 router = APIRouter(prefix="/v1", tags=["analytics"])
@@ -54,10 +59,15 @@ def analytics(
     services: ServicesDep,
     limit: Annotated[int | None, Query(ge=1, le=10_000, description="Rows of a ranking.")] = None,
     bucket: Annotated[Bucket, Query(description="timeline's time bucket.")] = "hour",
+    as_of: Annotated[
+        int | None,
+        Query(ge=0, description="The routed table's version to read (default: the newest)."),
+    ] = None,
 ) -> Response:
     """Deliveries per subscriber or tenant, fan-out, hot topics, the unmatched rate over
-    time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a route output,
-    ``data/routed`` by default; 404 ``no_deliveries`` says what to run while it holds none)."""
+    time, subscriptions that never matched (``TOPICSTORE_ANALYTICS_DIR``: a routed table,
+    ``data/routed`` by default; 404 ``no_deliveries`` says what to run while it holds none),
+    over the table's newest committed version or ``as_of`` an earlier one."""
     if caller.tenant is not None:
         raise OperatorOnlyError("analytics span every tenant: use the admin token")
     root = services.settings.analytics_dir
@@ -71,7 +81,9 @@ def analytics(
     # An export not written yet: never-matched says what to run, the other queries run.
     subscriptions = export if export is not None and export.is_file() else None
     try:
-        result = run_query(query, root, subscriptions=subscriptions, limit=limit, bucket=bucket)
+        result = run_query(
+            query, root, subscriptions=subscriptions, limit=limit, bucket=bucket, as_of=as_of
+        )
     except MissingDeliveriesError as e:
         raise NotFoundError(_no_output(root, export), code=e.code) from e
     except MissingSubscriptionsError as e:
@@ -79,6 +91,8 @@ def analytics(
         if export is not None:
             message += f": write it with `topicstore export {export.resolve()}`"
         raise NotFoundError(message, code=e.code) from e
+    except UnknownVersionError as e:
+        raise NotFoundError(e.message, code=e.code) from e
     except PipelineError as e:
         raise ServiceError(e.message, code=e.code) from e
     body = {"query": query, "columns": list(result.columns), "rows": result.records()}

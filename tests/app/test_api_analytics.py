@@ -43,6 +43,8 @@ def test_queries_answer_with_hand_computed_rows(client: TestClient) -> None:
     assert [row["subscriber"] for row in never["rows"]] == ["eve", "frank"]
     days = client.get("/v1/analytics/timeline?bucket=day", headers=ADMIN_HEADERS).json()
     assert [row["messages"] for row in days["rows"]] == [5, 2]
+    first = client.get("/v1/analytics/timeline?bucket=day&as_of=0", headers=ADMIN_HEADERS).json()
+    assert [row["messages"] for row in first["rows"]] == [5]  # version 0: May 1st only
 
 
 @pytest.mark.parametrize(
@@ -52,6 +54,8 @@ def test_queries_answer_with_hand_computed_rows(client: TestClient) -> None:
         ("/v1/analytics/subscribers", bearer(TOKEN_A), 403, "operator_only"),
         ("/v1/analytics/subscribers", {}, 401, "unauthorized"),
         ("/v1/analytics/timeline?bucket=week", ADMIN_HEADERS, 422, "invalid_request"),
+        ("/v1/analytics/tenants?as_of=9", ADMIN_HEADERS, 404, "unknown_version"),
+        ("/v1/analytics/tenants?as_of=-1", ADMIN_HEADERS, 422, "invalid_request"),
     ],
 )
 def test_refusals(

@@ -230,7 +230,7 @@ def test_route_reads_the_subscriptions_through_the_api(
     args = ["route", "--messages", str(messages), "--out", str(tmp_path / "routed")]
     routed = CliRunner().invoke(route_app, [*args, "--api", server.url, "--token", ADMIN])
     assert routed.exit_code == 0, routed.output
-    summary = json.loads((tmp_path / "routed" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "routed" / "_summary.json").read_text())
     assert summary["subscriptions_source"] == server.url
     assert (summary["subscriptions"], summary["deliveries"], summary["unmatched"]) == (2, 2, 1)
     wrong = CliRunner().invoke(route_app, [*args, "--api", server.url, "--token", "x" * 20])

@@ -250,6 +250,8 @@ def test_every_endpoint(connect: ClientFactory, serve: ServerFactory, tmp_path: 
         "subscriptions": 1,
     }
     assert [row["messages"] for row in admin.analytics("timeline", bucket="day").rows] == [5, 2]
+    first = admin.analytics("timeline", bucket="day", as_of=0)  # the table's first commit
+    assert [row["messages"] for row in first.rows] == [5]
     assert len(admin.analytics("hot-topics", limit=1).rows) == 1
 
     metrics = admin.metrics()

@@ -1,5 +1,6 @@
-"""Every analytics query against hand-computed answers on small tables laid out as the job
-writes them (hive-partitioned Parquet, UTC timestamps), and the charts drawn from them."""
+"""Every analytics query against hand-computed answers on a small routed table laid out as
+the job writes it (Delta, UTC timestamps), as of its newest and an earlier version, and the
+charts drawn from them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from matplotlib.patches import Rectangle
 from typer.testing import CliRunner
 
+from pipeline import delta
 from pipeline.analytics import QUERIES, QueryResult, run_query
 from pipeline.charts import CHARTS, fanout_figure, write_chart
 from pipeline.cli import app
@@ -23,6 +26,7 @@ from pipeline.errors import (
     MissingSubscriptionsError,
     NoChartError,
     UnknownQueryError,
+    UnknownVersionError,
 )
 from tests.routed import write_routed
 
@@ -135,9 +139,7 @@ def test_a_subscriptions_export_without_patterns_is_refused(routed: Path, tmp_pa
 
 
 def test_empty_tables_give_empty_answers(tmp_path: Path) -> None:
-    for name in ("deliveries", "unmatched"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "_SUCCESS").touch()
+    DeltaTable.create(tmp_path, delta.SCHEMA, partition_by=list(delta.PARTITIONS))
     for name in QUERIES:
         subscriptions = None
         if name == "never-matched":
@@ -147,6 +149,18 @@ def test_empty_tables_give_empty_answers(tmp_path: Path) -> None:
             )
         rows = run_query(name, tmp_path, subscriptions=subscriptions).rows
         assert rows == ([(1, "default", "s", "a", "amqp")] if name == "never-matched" else [])
+
+
+def test_as_of_reads_an_earlier_version(routed: Path) -> None:
+    """Version 0 is May 1st alone (``tests.routed.VERSIONS``); the newest adds May 2nd."""
+    days = run_query("timeline", routed, bucket="day", as_of=0)
+    assert days.column("messages") == [5]
+    assert run_query("timeline", routed, bucket="day", as_of=1).column("messages") == [5, 2]
+    tenants = run_query("tenants", routed, as_of=0)
+    assert tenants.rows == [("t1", 3, 2, 2), ("t2", 1, 1, 1)]
+    with pytest.raises(UnknownVersionError) as unknown:
+        run_query("tenants", routed, as_of=7)
+    assert unknown.value.code == "unknown_version"
 
 
 def test_unknown_queries_and_paths_are_refused(routed: Path, tmp_path: Path) -> None:

@@ -39,9 +39,28 @@ def test_route_command(spark: SparkSession, tmp_path: Path) -> None:
         "routed 4 messages" in result.output
         and "3 deliveries, 1 unmatched, 1 rejected" in result.output
     )
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary = json.loads((out / "_summary.json").read_text(encoding="utf-8"))
     assert summary["matched"] == 2 and summary["rejects_by_reason"] == {"malformed_row": 1}
+    # DuckDB reads the committed table: m1 reached alice and bob, m3 alice.
+    tenants = CliRunner().invoke(app, ["analytics", "tenants", "--deliveries", str(out), "--json"])
+    assert tenants.exit_code == 0, tenants.output
+    assert json.loads(tenants.stdout) == [
+        {"tenant": "default", "deliveries": 3, "messages": 2, "subscribers": 2}
+    ]
     assert SparkSession.getActiveSession() is spark  # the caller's session keeps running
+
+    # The same directory as a landing directory: one micro-batch, its progress line, and the
+    # same rows in the stream's table.
+    stream = tmp_path / "stream"
+    follow = ["route", "--available-now", "--messages", str(messages), "--out", str(stream)]
+    streamed = CliRunner().invoke(app, [*follow, "--subscriptions", str(subscriptions)])
+    assert streamed.exit_code == 0, streamed.output
+    assert (
+        "batch 0: 4 messages" in streamed.output
+        and "3 deliveries, 1 unmatched, 1 rejected; version 0" in streamed.output
+    )
+    again = CliRunner().invoke(app, ["analytics", "tenants", "--deliveries", str(stream), "--json"])
+    assert json.loads(again.stdout) == json.loads(tenants.stdout)
 
     refused = CliRunner().invoke(
         app, [*args, "--subscriptions", str(subscriptions), "--engine", "fast"]

@@ -1,6 +1,7 @@
-"""The routing job end to end on small generated files: the three tables, the summary,
-malformed rows in rejects/, re-runs that replace rather than add, subscriptions from a
-real (DuckDB) store."""
+"""The routing job end to end on small generated files: the routed table's three kinds of
+rows (read back by delta-rs), the summary, malformed rows as rejects, re-runs that replace
+rather than add (the previous run readable as an earlier version), subscriptions from a real
+(DuckDB) store."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from migrations.runner import upgrade
 from pipeline.errors import PipelineError
-from pipeline.job import RouteJob, _rows_if_any, run
+from pipeline.job import RouteJob, run
 from store import Database, NewSubscription, SubscriptionRepository, validate
 from tests.pipeline.conftest import generate, naive_deliveries
 
@@ -39,10 +40,10 @@ MALFORMED = [
 ]
 
 
-def _table(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = (
-        ds.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist()
-    )
+def _table(out: Path, kind: str, version: int | None = None) -> list[dict[str, Any]]:
+    """The committed rows of one kind, as delta-rs reads the table."""
+    table = DeltaTable(str(out), version=version)
+    rows: list[dict[str, Any]] = table.to_pyarrow_table(filters=[("kind", "=", kind)]).to_pylist()
     return rows
 
 
@@ -73,29 +74,26 @@ def _write_inputs(tmp_path: Path, start: datetime = START) -> tuple[Path, Path, 
 
 
 @pytest.mark.slow
-def test_job_writes_the_three_tables_and_a_summary(spark: SparkSession, tmp_path: Path) -> None:
+def test_job_commits_the_routed_table_and_a_summary(spark: SparkSession, tmp_path: Path) -> None:
     messages, subscriptions, data = _write_inputs(tmp_path)
     out = tmp_path / "out"
     job = RouteJob(messages=str(messages), out=out, subscriptions=str(subscriptions))
     summary = run(spark, job)
 
-    deliveries = _table(out / "deliveries")
+    deliveries = _table(out, "deliveries")
     expected = naive_deliveries(data)
     got = {
         (r["message_id"], r["subscription_id"], r["subscriber"], r["tenant"]) for r in deliveries
     }
     assert got == expected and len(deliveries) == len(expected)
-    assert {p.name for p in (out / "deliveries").glob("date=*")} == {
-        "date=2024-05-01",
-        "date=2024-05-02",
-    }
+    assert {str(r["date"]) for r in deliveries} == {"2024-05-01", "2024-05-02"}
     assert all(str(r["date"]) == r["ts"].date().isoformat() for r in deliveries)  # UTC days
 
     matched = {m for m, _, _, _ in expected}
-    unmatched = {r["message_id"] for r in _table(out / "unmatched")}
+    unmatched = {r["message_id"] for r in _table(out, "unmatched")}
     assert unmatched == {m for m, _, _ in data.messages} - matched
 
-    rejects = _table(out / "rejects")
+    rejects = _table(out, "rejects")
     by_source = {
         source: sorted(
             (
@@ -117,7 +115,7 @@ def test_job_writes_the_three_tables_and_a_summary(spark: SparkSession, tmp_path
         and json.loads(raw["missing_ts"])["message_id"] == "bad1"
     )
 
-    written = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    written = json.loads((out / "_summary.json").read_text(encoding="utf-8"))
     assert written == summary.to_json()
     assert (summary.messages, summary.matched, summary.unmatched, summary.rejected) == (
         len(data.messages) + len(MALFORMED),
@@ -129,26 +127,27 @@ def test_job_writes_the_three_tables_and_a_summary(spark: SparkSession, tmp_path
     assert summary.rejects_by_reason == {reason: 1 for _, _, reason in MALFORMED}
     assert (summary.subscriptions, summary.subscriptions_rejected) == (80, 2)
     assert summary.subscription_rejects_by_reason == {"duplicate_id": 1, "nul_byte": 1}
-    assert set(summary.stages_s) == {
-        "plan",
-        "route_and_deliveries",
-        "unmatched",
-        "rejects",
-        "counts",
-    }
+    assert set(summary.stages_s) == {"plan", "route_and_write", "commit"}
+    assert (summary.table_version, summary.change_seq) == (0, None)  # subscriptions from a file
 
-    # Running again replaces every table: nothing is duplicated.
+    # Running again replaces every row: nothing is duplicated, and the first run stays
+    # readable as the version it committed.
     again = run(spark, job)
     assert (again.messages, again.deliveries) == (summary.messages, summary.deliveries)
-    assert sorted(map(str, _table(out / "deliveries"))) == sorted(map(str, deliveries))
-    assert len(_table(out / "rejects")) == len(rejects)
-    assert len(_table(out / "unmatched")) == len(unmatched)
+    assert again.table_version == 1
+    assert sorted(map(str, _table(out, "deliveries"))) == sorted(map(str, deliveries))
+    assert len(_table(out, "rejects")) == len(rejects)
+    assert len(_table(out, "unmatched")) == len(unmatched)
+    assert sorted(map(str, _table(out, "deliveries", version=0))) == sorted(map(str, deliveries))
+    assert len(DeltaTable(str(out)).to_pyarrow_table()) == len(
+        DeltaTable(str(out), version=0).to_pyarrow_table()
+    )
 
 
 def test_a_task_with_more_days_than_open_writers_still_files_every_row_by_day(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Each task writes at most ``spark.sql.maxConcurrentOutputFileWriters`` (2) day
+    """Each task writes at most ``spark.sql.maxConcurrentOutputFileWriters`` (4)
     partitions at once unsorted and Spark sorts the rest: messages of ten days, interleaved,
     all land in their own day, none lost or doubled."""
     data = generate(subscriptions=40, messages=200, seed=5)
@@ -164,7 +163,7 @@ def test_a_task_with_more_days_than_open_writers_still_files_every_row_by_day(
     pq.write_table(data.subscriptions_table(), subscriptions)
     out = tmp_path / "out"
     run(spark, RouteJob(messages=str(messages), out=out, subscriptions=str(subscriptions)))
-    deliveries = _table(out / "deliveries")
+    deliveries = _table(out, "deliveries")
     got = [
         (r["message_id"], r["subscription_id"], r["subscriber"], r["tenant"]) for r in deliveries
     ]
@@ -173,19 +172,16 @@ def test_a_task_with_more_days_than_open_writers_still_files_every_row_by_day(
     assert all(str(r["date"]) == r["ts"].date().isoformat() for r in deliveries)
     # Unique message ids are written without a dictionary (``io.WRITE_OPTIONS``); the
     # subscriber column, with few values, keeps one.
-    for file in (out / "deliveries").glob("date=*/*.parquet"):
+    for file in out.glob("route-*/kind=deliveries/date=*/*.parquet"):
         chunk = pq.ParquetFile(file).metadata.row_group(0)
         encodings = {chunk.column(i).path_in_schema: chunk.column(i).encodings for i in range(6)}
         assert not any("DICTIONARY" in e for e in encodings["message_id"]), encodings
         assert any("DICTIONARY" in e for e in encodings["subscriber"]), encodings
 
 
-def test_tables_the_totals_show_empty_are_written_without_reading_the_rows(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """Every message matched and none rejected: the unmatched and rejects tables are there and
-    empty, and what the job writes for them is planned as an empty relation (no scan of the
-    routed rows); a table with rows keeps its plan."""
+def test_kinds_with_no_rows_get_no_files(spark: SparkSession, tmp_path: Path) -> None:
+    """Every message matched and none rejected: the table has deliveries only, and the run
+    wrote no file for the other kinds."""
     data = generate(subscriptions=40, messages=200, seed=9)
     matched = {m for m, _, _, _ in naive_deliveries(data)}
     kept = [row for row in data.messages if row[0] in matched]
@@ -208,17 +204,9 @@ def test_tables_the_totals_show_empty_are_written_without_reading_the_rows(
         spark, RouteJob(messages=str(messages), out=out, subscriptions=str(subscriptions))
     )
     assert (summary.matched, summary.unmatched, summary.rejected) == (len(kept), 0, 0)
-    assert {r["message_id"] for r in _table(out / "deliveries")} == matched
-    assert _table(out / "unmatched") == [] and _table(out / "rejects") == []
-
-    def plan(frame: DataFrame) -> str:
-        return str(frame._jdf.queryExecution().optimizedPlan().toString())
-
-    rows = spark.read.parquet(str(messages))
-    assert "LocalRelation <empty>" in plan(_rows_if_any(rows, 0))
-    assert "Relation" in plan(_rows_if_any(rows, 1)) and "<empty>" not in plan(
-        _rows_if_any(rows, 1)
-    )
+    assert {r["message_id"] for r in _table(out, "deliveries")} == matched
+    assert _table(out, "unmatched") == [] and _table(out, "rejects") == []
+    assert {p.name for p in out.glob("route-*/kind=*")} == {"kind=deliveries"}
 
 
 def test_a_rerun_on_other_input_leaves_nothing_of_the_previous_run(
@@ -245,11 +233,11 @@ def test_a_rerun_on_other_input_leaves_nothing_of_the_previous_run(
     )
     summary = run(spark, RouteJob(messages=str(later), out=out, subscriptions=str(subscriptions)))
     assert summary.messages == 2 and summary.rejected == 0
-    assert [p.name for p in (out / "deliveries").glob("date=*")] == ["date=2024-06-01"]
-    assert {r["message_id"] for r in _table(out / "deliveries")} | {
-        r["message_id"] for r in _table(out / "unmatched")
+    assert {str(r["date"]) for r in _table(out, "deliveries")} == {"2024-06-01"}
+    assert {r["message_id"] for r in _table(out, "deliveries")} | {
+        r["message_id"] for r in _table(out, "unmatched")
     } == {"z1", "z2"}
-    assert [r["source"] for r in _table(out / "rejects")] == ["subscriptions"] * 2
+    assert [r["source"] for r in _table(out, "rejects")] == ["subscriptions"] * 2
     assert (out / "notes.txt").read_text(encoding="utf-8") == "not ours"
 
 
@@ -276,6 +264,8 @@ def test_subscriptions_from_the_store_with_tenants_dialects_and_headers(
                 ),
             ]
         )
+    with db.read() as session:
+        seq = SubscriptionRepository(session).last_seq()
     db.dispose()
     alice, bob, carol, dave = (sub_id for sub_id, _ in ids.items or [])
     messages = tmp_path / "messages.parquet"
@@ -305,12 +295,13 @@ def test_subscriptions_from_the_store_with_tenants_dialects_and_headers(
     summary = run(spark, RouteJob(messages=str(messages), out=tmp_path / "out", database_url=url))
     got = sorted(
         (r["message_id"], r["subscription_id"], r["tenant"])
-        for r in _table(tmp_path / "out" / "deliveries")
+        for r in _table(tmp_path / "out", "deliveries")
     )
     assert got == [("m1", alice, "t1"), ("m2", bob, "t2"), ("m3", carol, "t1"), ("m4", dave, "t1")]
-    assert [r["message_id"] for r in _table(tmp_path / "out" / "unmatched")] == ["m5"]
+    assert [r["message_id"] for r in _table(tmp_path / "out", "unmatched")] == ["m5"]
     assert summary.subscriptions_source == "store" and summary.subscriptions == 4
-    assert str(_table(tmp_path / "out" / "deliveries")[0]["date"]) == "2024-05-01"
+    assert summary.change_seq == seq and seq > 0  # the snapshot's place in the change log
+    assert str(_table(tmp_path / "out", "deliveries")[0]["date"]) == "2024-05-01"
 
 
 def test_without_subscriptions_or_a_store_the_job_refuses(

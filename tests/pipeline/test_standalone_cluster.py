@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyspark
 import pytest
+from deltalake import DeltaTable
 
 from harness.server import free_port, service_environment, topicstore_command
 from tests.pipeline.conftest import generate, naive_deliveries
@@ -149,8 +150,9 @@ def test_route_on_a_standalone_cluster(cluster: Cluster, tmp_path: Path) -> None
     assert result.returncode == 0, result.stdout + result.stderr
     assert "routed 2,000 messages" in result.stdout, result.stdout
 
-    deliveries = pq.read_table(out / "deliveries").select(
-        ["message_id", "subscription_id", "subscriber", "tenant"]
+    deliveries = DeltaTable(str(out)).to_pyarrow_table(
+        columns=["message_id", "subscription_id", "subscriber", "tenant"],
+        filters=[("kind", "=", "deliveries")],
     )
     got = set(zip(*(deliveries.column(i).to_pylist() for i in range(4)), strict=True))
     expected = naive_deliveries(data)

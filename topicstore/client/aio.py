@@ -288,6 +288,11 @@ class AsyncClient:
         )
 
     async def analytics(
-        self, query: str, *, limit: int | None = None, bucket: AnalyticsBucket = "hour"
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        bucket: AnalyticsBucket = "hour",
+        as_of: int | None = None,
     ) -> AnalyticsOut:
-        return await self.send(calls.analytics(query, limit, bucket))
+        return await self.send(calls.analytics(query, limit, bucket, as_of))

@@ -338,10 +338,15 @@ def audit_page(
 
 
 def analytics(
-    query: str, limit: int | None = None, bucket: AnalyticsBucket = "hour"
+    query: str,
+    limit: int | None = None,
+    bucket: AnalyticsBucket = "hour",
+    as_of: int | None = None,
 ) -> Call[AnalyticsOut]:
     path = f"/v1/analytics/{_segment(query)}"
-    return Call("GET", path, _model(AnalyticsOut), query=_query(limit=limit, bucket=bucket))
+    return Call(
+        "GET", path, _model(AnalyticsOut), query=_query(limit=limit, bucket=bucket, as_of=as_of)
+    )
 
 
 # -- sending -----------------------------------------------------------------------------

@@ -282,6 +282,11 @@ class Client:
         )
 
     def analytics(
-        self, query: str, *, limit: int | None = None, bucket: AnalyticsBucket = "hour"
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        bucket: AnalyticsBucket = "hour",
+        as_of: int | None = None,
     ) -> AnalyticsOut:
-        return self.send(calls.analytics(query, limit, bucket))
+        return self.send(calls.analytics(query, limit, bucket, as_of))

@@ -1,0 +1,104 @@
+"""``topicstore table``: maintenance of a routed table (``pipeline.maintenance``) and its
+history. Plain delta-rs calls, no Spark; each is safe while a stream appends to the table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.errors import PipelineError
+from pipeline.maintenance import DEFAULT_RETAIN_HOURS, DEFAULT_TARGET_BYTES, Outcome
+
+table = typer.Typer(
+    help="Maintain a routed table: compaction, retention, vacuum, history.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+TablePath = Annotated[
+    Path, typer.Argument(help="The routed table (a route --out directory).", show_default=False)
+]
+
+
+def _report(outcome: Outcome) -> None:
+    typer.echo(outcome.line())
+
+
+def _fail(e: PipelineError) -> typer.Exit:
+    typer.echo(f"error: {e.code}: {e.message}", err=True)
+    return typer.Exit(2)
+
+
+@table.command()
+def compact(
+    path: TablePath,
+    target_mb: Annotated[
+        int,
+        typer.Option("--target-mb", min=1, max=4096, help="Size of the files written, in MiB."),
+    ] = DEFAULT_TARGET_BYTES // (1024 * 1024),
+) -> None:
+    """Rewrite each partition's small files into large ones (one commit; same rows)."""
+    from pipeline.maintenance import compact as run
+
+    try:
+        _report(run(path, target_mb * 1024 * 1024))
+    except PipelineError as e:
+        raise _fail(e) from e
+
+
+@table.command()
+def expire(
+    path: TablePath,
+    days: Annotated[
+        int, typer.Option("--days", min=0, max=100_000, help="Keep this many days (UTC).")
+    ],
+) -> None:
+    """Delete the rows of days older than --days (whole files; rows without a date stay)."""
+    from pipeline.maintenance import expire as run
+
+    try:
+        _report(run(path, days))
+    except PipelineError as e:
+        raise _fail(e) from e
+
+
+@table.command()
+def vacuum(
+    path: TablePath,
+    retain_hours: Annotated[
+        int,
+        typer.Option(
+            "--retain-hours",
+            min=1,
+            max=100_000,
+            help="Keep every file a version of the last N hours needs; longer than any batch.",
+        ),
+    ] = DEFAULT_RETAIN_HOURS,
+) -> None:
+    """Delete the files no recent version needs (removed ones, uncommitted leftovers)."""
+    from pipeline.maintenance import vacuum as run
+
+    try:
+        _report(run(path, retain_hours))
+    except PipelineError as e:
+        raise _fail(e) from e
+
+
+@table.command()
+def history(
+    path: TablePath,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="Commits.")] = 20,
+) -> None:
+    """The table's commits, newest first, as JSON lines (version, operation, and what
+    route or the stream recorded: batch, change_seq, counts)."""
+    from pipeline import delta
+
+    try:
+        entries = delta.history(delta.locate_table(path), limit)
+    except PipelineError as e:
+        raise _fail(e) from e
+    for entry in entries:
+        typer.echo(json.dumps(entry, sort_keys=True, default=str))
