@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from matcher.groups import Policy, check_policy
-from store import pending
+from store import pending, pg_write
 from store.columns import read_columns
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
@@ -53,6 +53,16 @@ class AddedMany:
         return sum(map(len, self.created.values()))
 
 
+def _key(new: NewSubscription) -> tuple[sa.ColumnElement[bool], ...]:
+    """``new``'s key (tenant, subscriber, dialect, pattern) as conditions on the table."""
+    return (
+        _SUBSCRIPTION.c.tenant == new.tenant,
+        _SUBSCRIPTION.c.subscriber == new.subscriber,
+        _SUBSCRIPTION.c.dialect == new.dialect,
+        _SUBSCRIPTION.c.pattern == new.pattern,
+    )
+
+
 def _values(new: NewSubscription) -> dict[str, Any]:
     """Column values of ``new``; criteria pairs as JSON lists."""
     values = {name: getattr(new, name) for name in NEW_COLUMNS}
@@ -77,23 +87,45 @@ class SubscriptionRepository:
 
     def add(self, new: NewSubscription) -> tuple[StoredSubscription, bool]:
         """Create ``new``; if the same (tenant, subscriber, dialect, pattern) exists, return
-        that row instead. The flag says whether a row was created."""
-        existing = self.find(new)
-        if existing is not None:
-            return existing, False
-        return self.insert(new), True
+        that row instead. The flag says whether a row was created. On PostgreSQL one
+        statement (the writers wait out every round trip: see ``store.pending``): the
+        lookup and an insert that runs only when it found nothing, so a present key draws
+        no id from the sequence; on DuckDB (in process) ``find`` then ``insert``."""
+        if not self._postgres:
+            existing = self.find(new)
+            if existing is not None:
+                return existing, False
+            return self.insert(new), True
+        row = pg_write.add_if_absent(self.session.connection(), _values(new))
+        if not row.created:
+            return _stored(row), False
+        self._log_rows("add", [row])
+        self._count({new.tenant: 1})
+        return _stored(row), True
 
     def find(self, new: NewSubscription) -> StoredSubscription | None:
         """The stored row with ``new``'s key (tenant, subscriber, dialect, pattern), if any:
-        one probe of the unique index."""
-        row = self._core(
-            sa.select(_SUBSCRIPTION).where(
-                _SUBSCRIPTION.c.tenant == new.tenant,
-                _SUBSCRIPTION.c.subscriber == new.subscriber,
-                _SUBSCRIPTION.c.dialect == new.dialect,
-                _SUBSCRIPTION.c.pattern == new.pattern,
+        one probe of an index, O(log n). On PostgreSQL the unique index's; DuckDB probes an
+        ART index only for an equality on one column, so it looks up the pattern's own
+        index (``0005``, DuckDB's only) and filters those rows, kept from merging with
+        the other conditions (which turns it into a scan of the table) by a materialized
+        CTE. A pattern held by more rows than DuckDB's ``index_scan_max_count`` (2,048) is
+        scanned for, as every pattern was without the index."""
+        if self._postgres:
+            query = sa.select(_SUBSCRIPTION).where(*_key(new))
+        else:
+            same = (
+                sa.select(_SUBSCRIPTION)
+                .where(_SUBSCRIPTION.c.pattern == new.pattern)
+                .cte("same_pattern")
+                .prefix_with("MATERIALIZED")
             )
-        ).first()
+            query = sa.select(same).where(
+                same.c.tenant == new.tenant,
+                same.c.subscriber == new.subscriber,
+                same.c.dialect == new.dialect,
+            )
+        row = self._core(query).first()
         return None if row is None else _stored(row)
 
     def insert(self, new: NewSubscription) -> StoredSubscription:
