@@ -170,6 +170,9 @@ class Database:
         self._tickets = 0
         self._applied = 0
         self._turn = threading.Condition()
+        #: The newest change seq committed here with its changes at hand: this process's
+        #: hooks apply it, so a doorbell up to it needs no read of the log (the loader).
+        self.committed_seq = 0
         #: The admin writes' way in: concurrent writes share a transaction (see there).
         self.writes = GroupCommit(self.transaction)
 
@@ -248,7 +251,9 @@ class Database:
             # Under the writer lock: tickets are in commit order.
             committed.ticket = self._tickets
             self._tickets += 1
-        committed.changes = session.info.pop(COMMITTED, None)
+            committed.changes = session.info.pop(COMMITTED, None)
+            if committed.changes:
+                self.committed_seq = max(self.committed_seq, committed.changes[-1].seq)
 
     def _apply(self, ticket: int, changes: Sequence[Change] | None) -> None:
         """Run the after-commit hooks of transaction ``ticket`` once those of every
