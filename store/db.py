@@ -211,12 +211,16 @@ class Database:
         startup build): DuckDB holds on to its buffers until its memory limit forces them
         out (about 90 MB after reading a million rows); lowering the limit for a moment
         frees them, and resetting it keeps later queries as they were. PostgreSQL's cache
-        is the server's: nothing to do."""
+        is the server's: nothing to do. The limit is set back to its value as read, not
+        ``RESET``: after a ``RESET`` DuckDB 1.5 still held index memory to the lowered
+        limit (every write that loaded more of an ART index then failed, out of memory at
+        61 MiB)."""
         if self.backend is not Backend.DUCKDB:
             return
         with self.engine.connect() as conn:
+            limit = conn.exec_driver_sql("SELECT current_setting('memory_limit')").scalar()
             conn.exec_driver_sql("SET memory_limit = '64MB'")
-            conn.exec_driver_sql("RESET memory_limit")
+            conn.exec_driver_sql(f"SET memory_limit = '{limit}'")
 
     @property
     def is_postgres(self) -> bool:
