@@ -86,11 +86,9 @@ class SubscriptionRepository:
     # -- writes -------------------------------------------------------------------------
 
     def add(self, new: NewSubscription) -> tuple[StoredSubscription, bool]:
-        """Create ``new``; if the same (tenant, subscriber, dialect, pattern) exists, return
-        that row instead. The flag says whether a row was created. On PostgreSQL one
-        statement (the writers wait out every round trip: see ``store.pending``): the
-        lookup and an insert that runs only when it found nothing, so a present key draws
-        no id from the sequence; on DuckDB (in process) ``find`` then ``insert``."""
+        """Create ``new``, or return the row of its (tenant, subscriber, dialect, pattern);
+        the flag says whether a row was created. One statement on PostgreSQL
+        (``store.pg_write.add_if_absent``), ``find`` then ``insert`` on DuckDB."""
         if not self._postgres:
             existing = self.find(new)
             if existing is not None:
@@ -104,13 +102,11 @@ class SubscriptionRepository:
         return _stored(row), True
 
     def find(self, new: NewSubscription) -> StoredSubscription | None:
-        """The stored row with ``new``'s key (tenant, subscriber, dialect, pattern), if any:
-        one probe of an index, O(log n). On PostgreSQL the unique index's; DuckDB probes an
-        ART index only for an equality on one column, so it looks up the pattern's own
-        index (``0005``, DuckDB's only) and filters those rows, kept from merging with
-        the other conditions (which turns it into a scan of the table) by a materialized
-        CTE. A pattern held by more rows than DuckDB's ``index_scan_max_count`` (2,048) is
-        scanned for, as every pattern was without the index."""
+        """The stored row with ``new``'s key, if any: one index probe, O(log n). DuckDB
+        probes an ART index only for a one-column equality: it looks up the pattern's
+        index (``0005``) in a materialized CTE (else the other conditions merge into a
+        table scan) and filters those rows; a pattern on over 2,048 rows
+        (``index_scan_max_count``) is scanned for."""
         if self._postgres:
             query = sa.select(_SUBSCRIPTION).where(*_key(new))
         else:
