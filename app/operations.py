@@ -117,6 +117,22 @@ class AdminOperations:
 
         def check(session: Session) -> Callable[[], tuple[SubscriptionOut, bool]]:
             repo = SubscriptionRepository(session)
+            # Only a new row counts: a repeated write still answers at the quota.
+            refusal = self._refusal(repo, new)
+            if refusal is None and new.group is None:
+                # The common case in one statement (``SubscriptionRepository.add``).
+                def add() -> tuple[SubscriptionOut, bool]:
+                    row, created = repo.add(new)
+                    if not created and expired(row.expires_at, self._clock()):
+                        # An expired row awaiting the sweep is gone for its key: created anew.
+                        if repo.remove(row.id) is not None:
+                            self._audit(session, EXPIRY, "expire", {row.tenant: [row.id]})
+                        row, created = repo.insert(new), True
+                    if created:
+                        self._audit(session, caller, "create", {row.tenant: [row.id]})
+                    return subscription_out(row), created
+
+                return add
             resolved = _with_policies(repo, [new]).resolve(new) if new.group else new
             existing = repo.find(resolved)
             # An expired row awaiting the sweep is gone for its key: created anew.
@@ -484,6 +500,18 @@ class AdminOperations:
         if item.criteria is not None:
             values["criteria"] = tuple(item.criteria.items())
         return validate(NewSubscription(**values), self._limits)
+
+    def _refusal(
+        self, repo: SubscriptionRepository, new: NewSubscription
+    ) -> ServiceError | MatcherError | None:
+        """The refusal a new row ``new`` would get (the quota, the engines' room), if any;
+        the group's policy is not looked at (it does not change either)."""
+        try:
+            self._check_quota(repo, {new.tenant: 1})
+            self._check_room([new])
+        except (ServiceError, MatcherError) as e:
+            return e
+        return None
 
     def _check_room(self, news: Sequence[NewSubscription]) -> None:
         """Refuse (CapacityError, 403) new topic subscriptions the engines might not hold

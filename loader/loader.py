@@ -184,6 +184,8 @@ class Loader:
         otherwise."""
         with self._catch_up_lock:
             table = self.table
+            if changes and changes[-1].seq <= table.seq:
+                return 0  # read from the log already, at their doorbell
             if changes and _follow(table.seq, changes):
                 applied = table.apply(changes, self._progressed)
                 self._progressed()
@@ -258,9 +260,10 @@ class Loader:
                     rang: int | None = None  # the seq a doorbell announced; None: a poll
                     while not self._stop.is_set():
                         if self.ready.is_set():
-                            # This process's own writes are applied as they commit: their
-                            # doorbells need no read of the log.
-                            if rang is None or rang > self.table.seq:
+                            # This process's own writes are applied as they commit (or
+                            # are about to be: ``committed_seq``): their doorbells need no
+                            # read of the log.
+                            if rang is None or rang > max(self.table.seq, self.db.committed_seq):
                                 self.catch_up()
                             self.listener_beat = time.monotonic()
                         rang = None

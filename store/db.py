@@ -41,6 +41,29 @@ COMMITTED: Final = "topicstore.committed"
 CommitHook = Callable[[Sequence[Change] | None], object]
 
 
+_WRITER_LOCK: Final = sa.select(sa.func.pg_advisory_xact_lock(WRITER_LOCK_KEY))
+
+
+class Committed:
+    """A write transaction of ``Database.transaction``: its session, then (once
+    committed) its place in commit order and its changes for the hooks."""
+
+    __slots__ = ("changes", "db", "session", "ticket")
+
+    def __init__(self, db: Database, session: Session) -> None:
+        self.db = db
+        self.session = session
+        self.ticket = -1
+        self.changes: Sequence[Change] | None = None
+
+    def apply(self) -> None:
+        """Run the after-commit hooks with this transaction's changes, after those of
+        every transaction committed before it."""
+        if self.ticket < 0:
+            raise RuntimeError("apply() of a transaction that did not commit")
+        self.db._apply(self.ticket, self.changes)
+
+
 class Backend(StrEnum):
     POSTGRES = "postgresql"
     DUCKDB = "duckdb"
@@ -143,8 +166,16 @@ class Database:
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._local_writer = threading.Lock()
         self._after_commit: list[CommitHook] = []
+        #: Committed transactions numbered in commit order, and how many have had their
+        #: hooks run (``transaction``).
+        self._tickets = 0
+        self._applied = 0
+        self._turn = threading.Condition()
+        #: The newest change seq committed here with its changes at hand: this process's
+        #: hooks apply it, so a doorbell up to it needs no read of the log (the loader).
+        self.committed_seq = 0
         #: The admin writes' way in: concurrent writes share a transaction (see there).
-        self.writes = GroupCommit(self.write)
+        self.writes = GroupCommit(self.transaction)
 
     def _claim_duckdb_file(self) -> None:
         """Open the file now: DuckDB lets one process at a time write a file, and a second
@@ -181,12 +212,16 @@ class Database:
         startup build): DuckDB holds on to its buffers until its memory limit forces them
         out (about 90 MB after reading a million rows); lowering the limit for a moment
         frees them, and resetting it keeps later queries as they were. PostgreSQL's cache
-        is the server's: nothing to do."""
+        is the server's: nothing to do. The limit is set back to its value as read, not
+        ``RESET``: after a ``RESET`` DuckDB 1.5 still held index memory to the lowered
+        limit (every write that loaded more of an ART index then failed, out of memory at
+        61 MiB)."""
         if self.backend is not Backend.DUCKDB:
             return
         with self.engine.connect() as conn:
+            limit = conn.exec_driver_sql("SELECT current_setting('memory_limit')").scalar()
             conn.exec_driver_sql("SET memory_limit = '64MB'")
-            conn.exec_driver_sql("RESET memory_limit")
+            conn.exec_driver_sql(f"SET memory_limit = '{limit}'")
 
     @property
     def is_postgres(self) -> bool:
@@ -201,13 +236,43 @@ class Database:
     def write(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on error; writers are
         serialized (see the module docstring); after-commit hooks run once it commits."""
-        with self._local_writer, self.sessions.begin() as session:
-            if self.is_postgres:
-                session.execute(sa.select(sa.func.pg_advisory_xact_lock(WRITER_LOCK_KEY)))
-            yield session
-        changes = session.info.pop(COMMITTED, None)
-        for hook in self._after_commit:
-            hook(changes)
+        with self.transaction() as committed:
+            yield committed.session
+        committed.apply()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Committed]:
+        """``write`` without its hooks: once the block has committed, ``apply()`` of what
+        it yields runs them (it must, exactly once: later transactions' hooks wait for
+        it). Group commit applies a group's changes after the next writer has the lock,
+        so applying them to the routing table overlaps the next group's statements
+        instead of lengthening the serialized part."""
+        with self._local_writer:
+            with self.sessions.begin() as session:
+                if self.is_postgres:
+                    session.execute(_WRITER_LOCK)
+                committed = Committed(self, session)
+                yield committed
+            # Under the writer lock: tickets are in commit order.
+            committed.ticket = self._tickets
+            self._tickets += 1
+            committed.changes = session.info.pop(COMMITTED, None)
+            if committed.changes:
+                self.committed_seq = max(self.committed_seq, committed.changes[-1].seq)
+
+    def _apply(self, ticket: int, changes: Sequence[Change] | None) -> None:
+        """Run the after-commit hooks of transaction ``ticket`` once those of every
+        earlier one have run (the loader applies changes in seq order)."""
+        with self._turn:
+            while self._applied != ticket:
+                self._turn.wait()
+        try:
+            for hook in self._after_commit:
+                hook(changes)
+        finally:
+            with self._turn:
+                self._applied += 1
+                self._turn.notify_all()
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[Session]:

@@ -24,6 +24,12 @@ Each job runs in its caller's context (``contextvars``), whichever thread leads 
 what the caller's context carries (a trace's current span: ``app.tracing``) covers the
 job's statements, while the transaction's own (PostgreSQL's writer lock, the rows written
 once per group before the commit: ``store.pending``; the commit) run in the leader's.
+
+Once a group has committed, the lead passes to the next caller in the queue *before* the
+group's after-commit work (applying its changes to this process's routing table) runs, so
+that work overlaps the next group's statements; the group's callers are answered after it,
+so a caller still finds its own write in the routing table (``Database.transaction``
+keeps the hooks in commit order).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import contextvars
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -44,6 +50,16 @@ Job = Callable[[Session], Callable[[], T]]
 #: Jobs one transaction takes at most (a bulk job counts as one: its items are bounded by
 #: the batch limit).
 MAX_GROUP: Final = 256
+
+
+class Transaction(Protocol):
+    """What ``begin`` yields (``store.db.Committed``): the session, and once it has
+    committed, ``apply()`` to run its after-commit hooks."""
+
+    @property
+    def session(self) -> Session: ...
+
+    def apply(self) -> None: ...
 
 
 class _Pending(Generic[T]):
@@ -72,12 +88,12 @@ class _GroupAbortError(Exception):
 
 
 class GroupCommit:
-    """Runs jobs in shared transactions opened by ``begin`` (``Database.write``: it
-    serializes writers, commits, and runs the after-commit hooks once per group)."""
+    """Runs jobs in shared transactions opened by ``begin`` (``Database.transaction``:
+    it serializes writers and commits; the after-commit hooks run once per group)."""
 
     def __init__(
         self,
-        begin: Callable[[], contextlib.AbstractContextManager[Session]],
+        begin: Callable[[], contextlib.AbstractContextManager[Transaction]],
         max_group: int = MAX_GROUP,
     ) -> None:
         self._begin = begin
@@ -112,8 +128,9 @@ class GroupCommit:
         thread serves others for long after its own write is done)."""
         with self._lock:
             group = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_group))]
+        committed: list[Transaction] = []
         try:
-            self._commit(group)
+            self._commit(group, committed)
         finally:
             with self._lock:
                 if self._queue:
@@ -122,16 +139,22 @@ class GroupCommit:
                     following.wake.set()
                 else:
                     self._leading = False
-            for pending in group:
-                pending.lead = False
-                pending.wake.set()
+            try:
+                for transaction in committed:
+                    transaction.apply()
+            finally:
+                for pending in group:
+                    pending.lead = False
+                    pending.wake.set()
 
-    def _commit(self, group: list[_Pending[Any]]) -> None:
+    def _commit(self, group: list[_Pending[Any]], committed: list[Transaction]) -> None:
+        """Run ``group``; each transaction that committed goes to ``committed`` (its hooks
+        are yet to run)."""
         if len(group) > 1:
             try:
-                with self._begin() as session:
+                with self._begin() as transaction:
                     for pending in group:
-                        _run(pending, session, alone=False)
+                        _run(pending, transaction.session, alone=False)
             except _GroupAbortError:
                 pass  # rolled back: every job again, alone
             except BaseException as e:  # the commit (or the lock) failed: every job with it
@@ -139,17 +162,19 @@ class GroupCommit:
                     pending.result, pending.error = None, e
                 return
             else:
+                committed.append(transaction)
                 self._count(len(group))
                 return
             for pending in group:
                 pending.result = pending.error = None
         for pending in group:
             try:
-                with self._begin() as session:
-                    _run(pending, session, alone=True)
+                with self._begin() as transaction:
+                    _run(pending, transaction.session, alone=True)
             except BaseException as e:
                 pending.result, pending.error = None, e
             else:
+                committed.append(transaction)
                 if pending.error is None:
                     self._count(1)
 

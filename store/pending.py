@@ -4,7 +4,10 @@ before it commits.
 A group of writes (``store.group_commit``) shares one transaction; were each write to
 insert its own change-log row, audit row and counter update, a group of eight single
 writes would cost some thirty statements. Kept here until the commit, they are one
-multi-row insert each, one counter update per tenant and one doorbell.
+statement on PostgreSQL (data-modifying CTEs: the change rows, the counters, the audit
+rows and the doorbell in one round trip, which the serialized writers would otherwise
+wait out four times per group), and on DuckDB (in process: no round trips) one multi-row
+insert each, one counter update per tenant.
 
 Order is kept: change rows go in in the order they were appended, so their sequence
 numbers follow the transaction's own order of changes; a statement that writes change rows
@@ -14,13 +17,15 @@ is pending.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from store.db import CHANGES_CHANNEL, COMMITTED
+from store import pg_write
+from store.db import COMMITTED
 from store.models import AuditLog, ChangeLog, TenantUsage
 from store.records import Change, criteria_tuple
 
@@ -28,8 +33,9 @@ from store.records import Change, criteria_tuple
 _KEY: Final = "topicstore.pending"
 _USAGE: Final = TenantUsage.__table__
 _CHANGE_FIELDS: Final = tuple(name for name in Change.__dataclass_fields__ if name != "seq")
-#: A tenant's count moved, or (no row yet) its first row. Not one ``ON CONFLICT`` upsert:
-#: DuckDB checks those against the index several times slower than an ``UPDATE``.
+#: A tenant's count moved, or (no row yet) its first row, on DuckDB. Not one ``ON CONFLICT``
+#: upsert there: DuckDB checks those against the index several times slower than an
+#: ``UPDATE``.
 _USAGE_UPDATE: Final = sa.text(
     "UPDATE tenant_usage SET subscriptions = subscriptions + :delta WHERE tenant = :tenant "
     "RETURNING tenant"
@@ -37,9 +43,6 @@ _USAGE_UPDATE: Final = sa.text(
 _USAGE_INSERT: Final = sa.text(
     "INSERT INTO tenant_usage (tenant, subscriptions) VALUES (:tenant, :delta)"
 )
-#: PostgreSQL's doorbell for other replicas' loaders: delivered at commit, payload the
-#: newest change seq (``store.db.CHANGES_CHANNEL``).
-_DOORBELL: Final = sa.text("SELECT pg_notify(:channel, (SELECT max(seq) FROM change_log)::text)")
 
 
 @dataclass
@@ -103,6 +106,9 @@ def flush(session: Session) -> None:
     if rows is None:
         return
     connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        _flush_postgres(session, connection, rows)
+        return
     if rows.changes:
         # Their seqs come back, so the changes can be applied to this process's routing
         # table after the commit without reading them again (``Database.write``); a
@@ -113,11 +119,7 @@ def flush(session: Session) -> None:
             .returning(ChangeLog.seq, ChangeLog.subscription_id, ChangeLog.op)
         ).all()
         if not rows.logged_elsewhere:
-            seqs = {(sub_id, op): seq for seq, sub_id, op in stored}
-            session.info[COMMITTED] = sorted(
-                (_change(seqs[(row["subscription_id"], row["op"])], row) for row in rows.changes),
-                key=lambda change: change.seq,
-            )
+            _committed(session, rows, stored)
     for tenant, delta in sorted(rows.moved.items()):
         if delta:
             values = {"tenant": tenant, "delta": delta}
@@ -125,8 +127,25 @@ def flush(session: Session) -> None:
                 connection.execute(_USAGE_INSERT, values)
     if rows.audit:
         connection.execute(sa.insert(AuditLog), rows.audit)
-    if rows.ring and connection.dialect.name == "postgresql":
-        connection.execute(_DOORBELL, {"channel": CHANGES_CHANNEL})
+
+
+def _flush_postgres(session: Session, connection: sa.Connection, rows: Pending) -> None:
+    """``flush`` as one statement (``store.pg_write.flush``)."""
+    if not (rows.changes or rows.audit or rows.ring or any(rows.moved.values())):
+        return
+    stored = pg_write.flush(connection, rows.changes, rows.moved, rows.audit, rows.ring)
+    if rows.changes and not rows.logged_elsewhere:
+        _committed(session, rows, stored)
+
+
+def _committed(session: Session, rows: Pending, stored: Sequence[Any]) -> None:
+    """Hand the transaction's changes, with the seqs ``stored`` gave them, to the
+    after-commit hooks (``store.db.COMMITTED``)."""
+    seqs = {(sub_id, op): seq for seq, sub_id, op in stored}
+    session.info[COMMITTED] = sorted(
+        (_change(seqs[(row["subscription_id"], row["op"])], row) for row in rows.changes),
+        key=lambda change: change.seq,
+    )
 
 
 def _change(seq: int, row: dict[str, Any]) -> Change:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from matcher.groups import Policy, check_policy
-from store import pending
+from store import pending, pg_write
 from store.columns import read_columns
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
@@ -62,6 +62,16 @@ class AddedMany:
         return sum(map(len, self.created.values()))
 
 
+def _key(new: NewSubscription) -> tuple[sa.ColumnElement[bool], ...]:
+    """``new``'s key (tenant, subscriber, dialect, pattern) as conditions on the table."""
+    return (
+        _SUBSCRIPTION.c.tenant == new.tenant,
+        _SUBSCRIPTION.c.subscriber == new.subscriber,
+        _SUBSCRIPTION.c.dialect == new.dialect,
+        _SUBSCRIPTION.c.pattern == new.pattern,
+    )
+
+
 def _values(new: NewSubscription) -> dict[str, Any]:
     """Column values of ``new``; criteria pairs as JSON lists."""
     values = {name: getattr(new, name) for name in NEW_COLUMNS}
@@ -85,24 +95,42 @@ class SubscriptionRepository:
     # -- writes -------------------------------------------------------------------------
 
     def add(self, new: NewSubscription) -> tuple[StoredSubscription, bool]:
-        """Create ``new``; if the same (tenant, subscriber, dialect, pattern) exists, return
-        that row instead. The flag says whether a row was created."""
-        existing = self.find(new)
-        if existing is not None:
-            return existing, False
-        return self.insert(new), True
+        """Create ``new``, or return the row of its (tenant, subscriber, dialect, pattern);
+        the flag says whether a row was created. One statement on PostgreSQL
+        (``store.pg_write.add_if_absent``), ``find`` then ``insert`` on DuckDB."""
+        if not self._postgres:
+            existing = self.find(new)
+            if existing is not None:
+                return existing, False
+            return self.insert(new), True
+        row = pg_write.add_if_absent(self.session.connection(), _values(new))
+        if not row.created:
+            return _stored(row), False
+        self._log_rows("add", [row])
+        self._count({new.tenant: 1})
+        return _stored(row), True
 
     def find(self, new: NewSubscription) -> StoredSubscription | None:
-        """The stored row with ``new``'s key (tenant, subscriber, dialect, pattern), if any:
-        one probe of the unique index."""
-        row = self._core(
-            sa.select(_SUBSCRIPTION).where(
-                _SUBSCRIPTION.c.tenant == new.tenant,
-                _SUBSCRIPTION.c.subscriber == new.subscriber,
-                _SUBSCRIPTION.c.dialect == new.dialect,
-                _SUBSCRIPTION.c.pattern == new.pattern,
+        """The stored row with ``new``'s key, if any: one index probe, O(log n). DuckDB
+        probes an ART index only for a one-column equality: it looks up the pattern's
+        index (``0007``) in a materialized CTE (else the other conditions merge into a
+        table scan) and filters those rows; a pattern on over 2,048 rows
+        (``index_scan_max_count``) is scanned for."""
+        if self._postgres:
+            query = sa.select(_SUBSCRIPTION).where(*_key(new))
+        else:
+            same = (
+                sa.select(_SUBSCRIPTION)
+                .where(_SUBSCRIPTION.c.pattern == new.pattern)
+                .cte("same_pattern")
+                .prefix_with("MATERIALIZED")
             )
-        ).first()
+            query = sa.select(same).where(
+                same.c.tenant == new.tenant,
+                same.c.subscriber == new.subscriber,
+                same.c.dialect == new.dialect,
+            )
+        row = self._core(query).first()
         return None if row is None else _stored(row)
 
     def insert(self, new: NewSubscription) -> StoredSubscription:

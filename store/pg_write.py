@@ -1,0 +1,148 @@
+"""The single-write path's PostgreSQL statements, written as SQL text and sent through the
+driver.
+
+Writers are serialized (``store.db``), so every round trip and every millisecond of Python
+inside a write transaction is waited out by the writes queued behind it. Two statements
+carry a group's writes here: a create's lookup-and-insert (``add_if_absent``), and the
+rows a transaction appends before it commits (``flush``: change rows, tenant counters,
+audit rows and the doorbell, as data-modifying CTEs, which PostgreSQL runs once each,
+referenced or not). As text, neither is compiled by SQLAlchemy per call (a multi-row
+``VALUES`` is compiled afresh every time, about as costly as the statement itself), and a
+text psycopg sees five times is prepared, so the server plans it once per connection
+(a group of n writes has one text per n).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, cast
+
+import sqlalchemy as sa
+from psycopg.types.json import Jsonb
+from sqlalchemy.dialects import postgresql
+
+from store.db import CHANGES_CHANNEL
+from store.models import AuditLog, ChangeLog, Subscription, TenantUsage
+from store.staging import NEW_COLUMNS, QUOTE
+
+_DIALECT: Final = postgresql.dialect()  # type: ignore[no-untyped-call]
+
+
+def _casts(table: sa.FromClause, names: Sequence[str]) -> list[str]:
+    """A placeholder per column of ``names``, cast to the column's type (a parameter in a
+    ``SELECT`` list has none of its own: a NULL would be text, not JSON)."""
+    return [f"%s::{table.c[name].type.compile(dialect=_DIALECT)}" for name in names]
+
+
+def _json(table: sa.FromClause, names: Sequence[str]) -> frozenset[int]:
+    """Positions in ``names`` of ``table``'s JSON columns."""
+    return frozenset(i for i, name in enumerate(names) if isinstance(table.c[name].type, sa.JSON))
+
+
+def _row(values: Mapping[str, Any], names: Sequence[str], json: frozenset[int]) -> list[Any]:
+    """``values`` in ``names`` order, JSON ones wrapped for the driver."""
+    row = [values[name] for name in names]
+    for i in json:
+        if row[i] is not None:
+            row[i] = Jsonb(row[i])
+    return row
+
+
+_SUBSCRIPTION: Final = Subscription.__table__
+_ALL: Final = ", ".join(QUOTE(c.name) for c in _SUBSCRIPTION.columns)
+_KEY: Final = ("tenant", "subscriber", "dialect", "pattern")
+_NEW_JSON: Final = _json(_SUBSCRIPTION, NEW_COLUMNS)
+#: The lookup of a key and an insert that runs only when it found nothing (a present key
+#: draws no id from the sequence); the row, and whether it was created. Parameters: the
+#: key, then ``NEW_COLUMNS``.
+_ADD_IF_ABSENT: Final = (
+    f"WITH found AS (SELECT {_ALL} FROM subscription WHERE "
+    + " AND ".join(f"{QUOTE(name)} = %s" for name in _KEY)
+    + f"), added AS (INSERT INTO subscription ({', '.join(map(QUOTE, NEW_COLUMNS))}) "
+    f"SELECT {', '.join(_casts(_SUBSCRIPTION, NEW_COLUMNS))} "
+    f"WHERE NOT EXISTS (SELECT FROM found) RETURNING {_ALL}) "
+    f"SELECT {_ALL}, true AS created FROM added UNION ALL SELECT {_ALL}, false FROM found"
+)
+
+
+def add_if_absent(connection: sa.Connection, values: Mapping[str, Any]) -> sa.Row[Any]:
+    """The row of ``values``' key (a new subscription's ``NEW_COLUMNS``): the stored one,
+    or one inserted now; ``created`` says which."""
+    params = [values[name] for name in _KEY] + _row(values, NEW_COLUMNS, _NEW_JSON)
+    return connection.exec_driver_sql(_ADD_IF_ABSENT, tuple(params)).one()
+
+
+class _Insert:
+    """A multi-row ``INSERT`` into ``table``'s columns ``names`` (text per row count)."""
+
+    def __init__(self, table: sa.FromClause, names: Sequence[str], returning: str) -> None:
+        self.names = tuple(names)
+        self.json = _json(table, self.names)
+        columns = ", ".join(map(QUOTE, self.names))
+        self.head = f"INSERT INTO {cast(sa.Table, table).name} ({columns}) VALUES "
+        self.tuple = f"({', '.join(_casts(table, self.names))})"
+        self.returning = returning
+
+    def sql(self, rows: Sequence[Mapping[str, Any]], params: list[Any]) -> str:
+        """The statement for ``rows``; their values appended to ``params``."""
+        for row in rows:
+            params += _row(row, self.names, self.json)
+        return self.head + ", ".join([self.tuple] * len(rows)) + self.returning
+
+
+_USAGE: Final = _Insert(
+    TenantUsage.__table__,
+    ("tenant", "subscriptions"),
+    " ON CONFLICT (tenant) DO UPDATE "
+    "SET subscriptions = tenant_usage.subscriptions + excluded.subscriptions",
+)
+_inserts: dict[tuple[str, ...], _Insert] = {}
+
+
+def _insert(table: sa.FromClause, names: Sequence[str], returning: str) -> _Insert:
+    key = (str(table), *names, returning)
+    found = _inserts.get(key)
+    if found is None:
+        found = _inserts[key] = _Insert(table, names, returning)
+    return found
+
+
+def flush(
+    connection: sa.Connection,
+    changes: Sequence[Mapping[str, Any]],
+    moved: Mapping[str, int],
+    audit: Sequence[Mapping[str, Any]],
+    ring: bool,
+) -> list[tuple[int, int, str]]:
+    """Insert ``changes`` (in order: their seqs follow it), move each tenant's counter
+    by ``moved``, insert the ``audit`` rows and, if ``ring``, ring the doorbell with the
+    newest seq, in one statement; the (seq, subscription_id, op) of each change."""
+    params: list[Any] = []
+    ctes: list[str] = []
+    if changes:
+        logged = _insert(
+            ChangeLog.__table__, list(changes[0]), " RETURNING seq, subscription_id, op"
+        )
+        ctes.append(f"logged AS ({logged.sql(changes, params)})")
+    counts = [{"tenant": t, "subscriptions": d} for t, d in sorted(moved.items()) if d]
+    if counts:
+        ctes.append(f"counted AS ({_USAGE.sql(counts, params)})")
+    if audit:
+        audited = _insert(AuditLog.__table__, list(audit[0]), "")
+        ctes.append(f"audited AS ({audited.sql(audit, params)})")
+    newest = "(SELECT max(seq) FROM change_log)"
+    if changes:
+        # The change_log of this statement's snapshot lacks its own rows: ask both.
+        newest = f"greatest({newest}, (SELECT max(seq) FROM logged))"
+    bell = f"pg_notify(%s, {newest}::text)" if ring else "NULL"
+    if ring:
+        params.append(CHANGES_CHANNEL)
+    ctes.append(f"bell AS (SELECT {bell} AS rang)")
+    if changes:
+        query = "SELECT seq, subscription_id, op FROM bell LEFT JOIN logged ON true"
+    else:
+        query = "SELECT rang FROM bell"
+    result = connection.exec_driver_sql("WITH " + ", ".join(ctes) + " " + query, tuple(params))
+    if not changes:
+        return []
+    return [(seq, sub_id, op) for seq, sub_id, op in result if seq is not None]
