@@ -21,7 +21,7 @@ from store import pending
 from store.columns import read_columns
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
-from store.staging import NEW_COLUMNS, QUOTE, SAME_KEY, insert_new, stage
+from store.staging import NEW_COLUMNS, QUOTE, SAME_KEY, insert_new, stage, staged_rows
 
 _SUBSCRIPTION: Final = Subscription.__table__
 _TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
@@ -107,22 +107,27 @@ class SubscriptionRepository:
         return _stored(row)
 
     def add_many(self, items: Sequence[NewSubscription], *, ids: bool = True) -> AddedMany:
-        """Create every item in one statement; what was created, and (``ids``) each item's
-        (id, created), in order.
+        """``add_rows`` of ``items`` (validated records), in order."""
+        return self.add_rows(staged_rows(items), ids=ids)
+
+    def add_rows(self, rows: pa.Table, *, ids: bool = True) -> AddedMany:
+        """Create every row of ``rows`` (a staged batch of validated subscriptions:
+        ``store.staging.STAGED``) in one statement; what was created, and (``ids``) each
+        row's (id, created), in ``ord`` order.
 
         Rows go to a staging table first (COPY on PostgreSQL, Arrow on DuckDB), then one
         ``INSERT ... SELECT`` of the first of each key that is not stored yet: duplicates,
         in the batch or already stored, resolve to the existing id without drawing one from
-        the sequence (a conflicting insert would, and skip it). Without ``ids`` no item is
-        joined back to its row (an import needs only the counts).
+        the sequence (a conflicting insert would, and skip it). Without ``ids`` no row is
+        joined back to its stored one (an import needs only the counts).
         """
-        if not items:
+        if not rows.num_rows:
             return AddedMany({}, [] if ids else None)
         session = self.session
         before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
         max_before = int(before.scalar_one())
-        stage(self.session, items, postgres=self._postgres)
-        insert = insert_new(items, postgres=self._postgres)
+        stage(self.session, rows, postgres=self._postgres)
+        insert = insert_new(rows, postgres=self._postgres)
         pending.flush_changes(session)  # the changes before these come first
         created: dict[str, list[int]] = {}
         if self._postgres:
@@ -146,7 +151,7 @@ class SubscriptionRepository:
             self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
         inserted = sum(map(len, created.values()))
         self._count({tenant: len(made) for tenant, made in created.items()})
-        per_item = self._item_ids(len(items), max_before, inserted) if ids else None
+        per_item = self._item_ids(rows.num_rows, max_before, inserted) if ids else None
         session.execute(sa.text("DROP TABLE staging"))
         return AddedMany(created, per_item)
 
