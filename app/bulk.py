@@ -13,7 +13,7 @@ which names every problem exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -27,6 +27,7 @@ from app.refusals import ServiceError
 from matcher import Limits
 from store import NewSubscription
 from store.records import MAX_NAME_BYTES
+from store.staging import plain_rows
 from topicstore.models import BulkItem, BulkOut, ErrorBody
 
 Status = Literal["created", "exists", "error"]
@@ -150,12 +151,10 @@ class Items:
             items,
         )
 
-    def item(self, index: int, column: int | None = None) -> JsonValue:
-        """The item at ``index`` as JSON (``column``: its row in the columns, if there)."""
+    def item(self, index: int, column: int) -> JsonValue:
+        """The column item at ``index`` (row ``column`` of the columns) as JSON."""
         if self.source is not None:
             return self.source[index]
-        if column is None:
-            return dict(self.others)[index]
         item: dict[str, JsonValue] = {
             "subscriber": self.subscriber[column].as_py(),
             "pattern": self.pattern[column].as_py(),
@@ -255,6 +254,48 @@ def accept_plain(items: Items, caller: Caller, limits: Limits) -> PlainRows:
         pc.filter(pattern, ok),
         list(zip(positions, refused, strict=True)),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Valid:
+    """A bulk create's valid items: the plain ones as columns (and as staged rows), the
+    others as records with their positions (in order)."""
+
+    plain: PlainRows
+    records: list[tuple[int, NewSubscription]]
+
+    @property
+    def staged(self) -> pa.Table:
+        """The plain items as a staged batch (``store.staging``)."""
+        rows = self.plain
+        return plain_rows(rows.at, rows.tenant, rows.subscriber, rows.pattern)
+
+    @property
+    def count(self) -> int:
+        return len(self.plain.at) + len(self.records)
+
+
+#: What a plain row is to the group check: in no group.
+PLAIN: Final = NewSubscription("", "")
+
+
+def topic_keys(news: Iterable[NewSubscription]) -> list[tuple[str, str, str]]:
+    """(tenant, dialect, pattern) of the topic subscriptions among ``news``."""
+    return [(n.tenant, n.dialect, n.pattern) for n in news if n.kind == "topic"]
+
+
+def room_keys(
+    made: Sequence[int], news: dict[int, NewSubscription], rows: PlainRows
+) -> list[tuple[str, str, str]]:
+    """(tenant, dialect, pattern) of the topic subscriptions at positions ``made``: the
+    records ``news`` and the plain ``rows`` (what the engines' room check is asked)."""
+    wanted = set(made)
+    keys = topic_keys(new for index, new in news.items() if index in wanted)
+    columns = zip(
+        rows.at.to_pylist(), rows.tenant.to_pylist(), rows.pattern.to_pylist(), strict=True
+    )
+    keys += [(tenant, "amqp", pattern) for index, tenant, pattern in columns if index in wanted]
+    return keys
 
 
 @dataclass(slots=True)

@@ -68,10 +68,11 @@ def read_batches(path: Path, size: int = BATCH) -> Iterator[Batch]:
     file.
 
     CSV is read a block of lines at a time: while the blocks hold no quote, no carriage
-    return and only UTF-8 (so every line is one record split at its commas), Arrow splits
-    them and the ``subscriber,pattern`` rows stay columns, never Python objects; the first
-    block that holds one of those, and the rest of the file after it, go through the csv
-    module's reader."""
+    return but in CRLF line ends and only UTF-8 (so every line is one record split at its
+    commas), Arrow splits them and the ``subscriber,pattern`` rows stay columns, never
+    Python objects; the first block that holds one of those, and the rest of the file after
+    it, go through the csv module's reader. ``tests/app/test_imports.py`` holds the two
+    ways to the same records."""
     batches = _Batches(size)
     with path.open("rb") as raw:
         if path.suffix.lower() in JSON_SUFFIXES:

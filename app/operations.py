@@ -11,7 +11,6 @@ matchers before the call returns (see ``store.Database.write``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
@@ -21,7 +20,16 @@ from pydantic import JsonValue, ValidationError
 from sqlalchemy.orm import Session
 
 from app.auth import Caller
-from app.bulk import BulkResult, Items, PlainRows, accept_plain, plain
+from app.bulk import (
+    PLAIN,
+    BulkResult,
+    Items,
+    Valid,
+    accept_plain,
+    plain,
+    room_keys,
+    topic_keys,
+)
 from app.refusals import (
     BatchTooLargeError,
     InvalidRequestError,
@@ -46,7 +54,6 @@ from store import (
 )
 from store.export import export_parquet
 from store.groups import GroupPolicies, check_same_group
-from store.staging import plain_rows as store_plain_rows
 from store.staging import staged_rows
 from topicstore.models import (
     AuditOrder,
@@ -119,7 +126,7 @@ class AdminOperations:
                 return lambda: (subscription_out(existing), False)
             # Only a new row counts: a repeated write still answers at the quota.
             self._check_quota(repo, {resolved.tenant: 1})
-            self._check_room(_topic_keys([resolved]))
+            self._check_room(topic_keys([resolved]))
 
             def write() -> tuple[SubscriptionOut, bool]:
                 row = repo.insert(resolved)
@@ -214,7 +221,7 @@ class AdminOperations:
                     if added.items is None
                     else [index for index, (_, c) in zip(order, added.items, strict=True) if c]
                 )  # without per-item results every item counts: the check errs on the safe side
-                self._check_room(_room_keys(made, news, plain_rows))
+                self._check_room(room_keys(made, news, plain_rows))
             self._audit(session, caller, "bulk_create", added.created)
             if added.items is None:
                 result.count(added.count, len(order) - added.count)
@@ -224,7 +231,7 @@ class AdminOperations:
             for index, (sub_id, created) in zip(order, added.items, strict=True):
                 try:
                     if not created:
-                        check_same_group(news.get(index, _PLAIN), groups.get(sub_id))
+                        check_same_group(news.get(index, PLAIN), groups.get(sub_id))
                 except StoreError as e:
                     result.fail(index, e.code, e.message)
                     continue
@@ -418,48 +425,6 @@ class AdminOperations:
                 raise QuotaExceededError(
                     f"tenant {tenant!r} would hold {held} subscriptions; its quota is {quota}"
                 )
-
-
-@dataclass(frozen=True, slots=True)
-class Valid:
-    """A bulk create's valid items: the plain ones as columns (and as staged rows), the
-    others as records with their positions (in order)."""
-
-    plain: PlainRows
-    records: list[tuple[int, NewSubscription]]
-
-    @property
-    def staged(self) -> pa.Table:
-        rows = self.plain
-        return store_plain_rows(rows.at, rows.tenant, rows.subscriber, rows.pattern)
-
-    @property
-    def count(self) -> int:
-        return len(self.plain.at) + len(self.records)
-
-
-#: What a plain row is to the group check: in no group.
-_PLAIN: Final = NewSubscription("", "")
-
-
-def _topic_keys(news: Iterable[NewSubscription]) -> list[tuple[str, str, str]]:
-    return [(n.tenant, n.dialect, n.pattern) for n in news if n.kind == "topic"]
-
-
-def _room_keys(
-    made: Sequence[int], news: dict[int, NewSubscription], plain_rows: PlainRows
-) -> list[tuple[str, str, str]]:
-    """(tenant, dialect, pattern) of the topic subscriptions at positions ``made``."""
-    wanted = set(made)
-    keys = _topic_keys(new for index, new in news.items() if index in wanted)
-    columns = zip(
-        plain_rows.at.to_pylist(),
-        plain_rows.tenant.to_pylist(),
-        plain_rows.pattern.to_pylist(),
-        strict=True,
-    )
-    keys += [(tenant, "amqp", pattern) for index, tenant, pattern in columns if index in wanted]
-    return keys
 
 
 def _with_policies(repo: SubscriptionRepository, items: Sequence[NewSubscription]) -> GroupPolicies:
