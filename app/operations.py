@@ -15,11 +15,22 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
+import pyarrow as pa
 from pydantic import JsonValue, ValidationError
 from sqlalchemy.orm import Session
 
 from app.auth import Caller
-from app.bulk import BulkResult, plain
+from app.bulk import (
+    PLAIN,
+    BulkResult,
+    Items,
+    Valid,
+    accept_plain,
+    plain,
+    room_keys,
+    stored_keys,
+    topic_keys,
+)
 from app.refusals import (
     BatchTooLargeError,
     ExpiredError,
@@ -45,6 +56,7 @@ from store import (
 from store.expiry import expired, expiry_at
 from store.export import export_parquet
 from store.groups import GroupPolicies, check_same_group
+from store.staging import staged_rows
 from topicstore.models import (
     AuditOrder,
     AuditOut,
@@ -142,7 +154,7 @@ class AdminOperations:
                 return lambda: (subscription_out(existing), False)
             # Only a new row counts: a repeated write still answers at the quota.
             self._check_quota(repo, {resolved.tenant: 0 if stale else 1})
-            self._check_room([resolved])
+            self._check_room(topic_keys([resolved]))
 
             def write() -> tuple[SubscriptionOut, bool]:
                 if stale is not None and repo.remove(stale.id) is not None:
@@ -156,7 +168,7 @@ class AdminOperations:
         return self.db.writes.run(check)
 
     def create_many(
-        self, items: Sequence[JsonValue], caller: Caller, *, results: bool = True
+        self, items: Sequence[JsonValue] | Items, caller: Caller, *, results: bool = True
     ) -> BulkResult:
         """Create many in one transaction; every item gets its own result and the valid
         ones are stored even when others fail: an item that does not fit ``SubscriptionIn``
@@ -168,19 +180,24 @@ class AdminOperations:
         return self.prepare_many(items, caller, results=results)()
 
     def prepare_many(
-        self, items: Sequence[JsonValue], caller: Caller, *, results: bool = True
+        self, items: Sequence[JsonValue] | Items, caller: Caller, *, results: bool = True
     ) -> Callable[[], BulkResult]:
         """``create_many`` in two steps: the items are validated now, and stored when the
         returned call is made, so an import validates one batch while the store writes the
-        one before. Plain items skip the schema object and the full validation
-        (``app.bulk.plain``: it accepts only what they would)."""
+        one before. Plain items travel as columns and are checked all at once
+        (``app.bulk.accept_plain``: it accepts only what the full validation would); the
+        rest, one by one, skip the schema object when ``plain`` allows."""
+        columns = items if isinstance(items, Items) else Items.of(items)
         max_batch = self.settings.max_batch
-        if len(items) > max_batch:
+        if columns.size > max_batch:
             raise BatchTooLargeError(f"a batch holds at most {max_batch} items")
-        result = BulkResult.of(len(items))
-        valid: list[tuple[int, NewSubscription]] = []
+        result = BulkResult.of(columns.size)
         limits = self._limits
-        for index, item in enumerate(items):
+        accepted = accept_plain(columns, caller, limits)
+        rest = [(index, columns.item(index, row)) for index, row in accepted.refused]
+        rest += columns.others
+        valid: list[tuple[int, NewSubscription]] = []
+        for index, item in sorted(rest, key=lambda pair: pair[0]):
             new = plain(item, caller, limits)
             if new is None:
                 try:
@@ -189,11 +206,12 @@ class AdminOperations:
                     result.fail(index, e.code, e.message)
                     continue
             valid.append((index, new))
+        batch = Valid(accepted, valid)
 
         def store() -> BulkResult:
-            if valid:
+            if batch.count:
                 self.db.writes.run(
-                    lambda session: self._store_many(session, valid, caller, result, results)
+                    lambda session: self._store_many(session, batch, caller, result, results)
                 )
             return result
 
@@ -202,7 +220,7 @@ class AdminOperations:
     def _store_many(
         self,
         session: Session,
-        valid: list[tuple[int, NewSubscription]],
+        batch: Valid,
         caller: Caller,
         result: BulkResult,
         results: bool,
@@ -214,32 +232,40 @@ class AdminOperations:
         are checked in the write phase; a refusal there rolls back a group, whose other
         writes then run again alone (``store.group_commit``)."""
         repo = SubscriptionRepository(session)
-        valid = _resolve_groups(repo, valid, result)
-        grouped = any(new.group for _, new in valid)
+        records = _resolve_groups(repo, batch.records, result)
+        grouped = any(new.group for _, new in records)
+        plain_rows = batch.plain
 
         def write() -> None:
-            news = [new for _, new in valid]
             # An expired row awaiting the sweep is gone for its key: created anew.
-            gone = repo.remove_expired_keys(news, self._clock())
+            keys = stored_keys(records, plain_rows)
+            gone = repo.remove_expired_keys(keys, self._clock())
             self._audit(session, EXPIRY, "expire", gone)
-            added = repo.add_many(news, ids=results or grouped)
+            staged = staged_rows([new for _, new in records], [index for index, _ in records])
+            added = repo.add_rows(pa.concat_tables([batch.staged, staged]), ids=results or grouped)
             # Only new rows count (a retried batch still answers); raising rolls back.
             self._check_quota(repo, dict.fromkeys(added.created, 0))
-            if added.items is not None:
-                made = [new for (_, new), (_, c) in zip(valid, added.items, strict=True) if c]
-            else:  # every item counts: the room check errs on the safe side
-                made = [new for _, new in valid]
-            self._check_room(made)
+            # Each stored item in ord (= batch) order, its record when it has one (a plain
+            # row has none: no group, an AMQP topic).
+            order = sorted([*plain_rows.at.to_pylist(), *(index for index, _ in records)])
+            news = dict(records)
+            if self._room is not None:
+                made = (
+                    order
+                    if added.items is None
+                    else [index for index, (_, c) in zip(order, added.items, strict=True) if c]
+                )  # without per-item results every item counts: the check errs on the safe side
+                self._check_room(room_keys(made, news, plain_rows))
             self._audit(session, caller, "bulk_create", added.created)
             if added.items is None:
-                result.count(added.count, len(valid) - added.count)
+                result.count(added.count, len(order) - added.count)
                 return
             exists = [sub_id for sub_id, created in added.items if not created]
             groups = repo.groups_of(exists) if grouped else {}
-            for (index, new), (sub_id, created) in zip(valid, added.items, strict=True):
+            for index, (sub_id, created) in zip(order, added.items, strict=True):
                 try:
                     if not created:
-                        check_same_group(new, groups.get(sub_id))
+                        check_same_group(news.get(index, PLAIN), groups.get(sub_id))
                 except StoreError as e:
                     result.fail(index, e.code, e.message)
                     continue
@@ -508,16 +534,16 @@ class AdminOperations:
         the group's policy is not looked at (it does not change either)."""
         try:
             self._check_quota(repo, {new.tenant: 1})
-            self._check_room([new])
+            self._check_room(topic_keys([new]))
         except (ServiceError, MatcherError) as e:
             return e
         return None
 
-    def _check_room(self, news: Sequence[NewSubscription]) -> None:
-        """Refuse (CapacityError, 403) new topic subscriptions the engines might not hold
-        (``room``)."""
+    def _check_room(self, keys: Iterable[tuple[str, str, str]]) -> None:
+        """Refuse (CapacityError, 403) new topic subscriptions, given as (tenant, dialect,
+        pattern), that the engines might not hold (``room``)."""
         if self._room is not None:
-            self._room([(n.tenant, n.dialect, n.pattern) for n in news if n.kind == "topic"])
+            self._room(keys)
 
     def _check_quota(self, repo: SubscriptionRepository, adding: dict[str, int]) -> None:
         """Refuse when a tenant would hold more than its quota after this write (``adding``

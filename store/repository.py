@@ -22,7 +22,7 @@ from store import pending, pg_write
 from store.columns import read_columns
 from store.models import ChangeLog, Subscription
 from store.records import Change, NewSubscription, StoredSubscription, criteria_tuple
-from store.staging import NEW_COLUMNS, QUOTE, SAME_KEY, insert_new, stage
+from store.staging import NEW_COLUMNS, QUOTE, SAME_KEY, insert_new, stage, staged_rows
 from store.stats import MATCHES, STATS, forget, with_stats
 
 _SUBSCRIPTION: Final = Subscription.__table__
@@ -144,22 +144,27 @@ class SubscriptionRepository:
         return _stored(row)
 
     def add_many(self, items: Sequence[NewSubscription], *, ids: bool = True) -> AddedMany:
-        """Create every item in one statement; what was created, and (``ids``) each item's
-        (id, created), in order.
+        """``add_rows`` of ``items`` (validated records), in order."""
+        return self.add_rows(staged_rows(items), ids=ids)
+
+    def add_rows(self, rows: pa.Table, *, ids: bool = True) -> AddedMany:
+        """Create every row of ``rows`` (a staged batch of validated subscriptions:
+        ``store.staging.STAGED``) in one statement; what was created, and (``ids``) each
+        row's (id, created), in ``ord`` order.
 
         Rows go to a staging table first (COPY on PostgreSQL, Arrow on DuckDB), then one
         ``INSERT ... SELECT`` of the first of each key that is not stored yet: duplicates,
         in the batch or already stored, resolve to the existing id without drawing one from
-        the sequence (a conflicting insert would, and skip it). Without ``ids`` no item is
-        joined back to its row (an import needs only the counts).
+        the sequence (a conflicting insert would, and skip it). Without ``ids`` no row is
+        joined back to its stored one (an import needs only the counts).
         """
-        if not items:
+        if not rows.num_rows:
             return AddedMany({}, [] if ids else None)
         session = self.session
         before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
         max_before = int(before.scalar_one())
-        stage(self.session, items, postgres=self._postgres)
-        insert = insert_new(items, postgres=self._postgres)
+        stage(self.session, rows, postgres=self._postgres)
+        insert = insert_new(rows, postgres=self._postgres)
         pending.flush_changes(session)  # the changes before these come first
         created: dict[str, list[int]] = {}
         if self._postgres:
@@ -183,7 +188,7 @@ class SubscriptionRepository:
             self._log("add", sa.select(Subscription).where(Subscription.id > max_before))
         inserted = sum(map(len, created.values()))
         self._count({tenant: len(made) for tenant, made in created.items()})
-        per_item = self._item_ids(len(items), max_before, inserted) if ids else None
+        per_item = self._item_ids(rows.num_rows, max_before, inserted) if ids else None
         session.execute(sa.text("DROP TABLE staging"))
         return AddedMany(created, per_item)
 
@@ -439,7 +444,7 @@ class SubscriptionRepository:
         return removed
 
     def remove_expired_keys(
-        self, items: Sequence[NewSubscription], now: datetime
+        self, keys: Iterable[tuple[str, str, str, str]], now: datetime
     ) -> dict[str, list[int]]:
         """Delete the rows expired at ``now`` that hold the key of one of ``items`` (about
         to be created again: the expired row would otherwise answer for them, and never
@@ -460,8 +465,8 @@ class SubscriptionRepository:
         ).all()
         if not rows:
             return {}
-        keys = {(i.tenant, i.subscriber, i.dialect, i.pattern) for i in items}
-        found = [(int(r[0]), str(r[1])) for r in rows if tuple(r[1:]) in keys]
+        wanted = set(keys)  # (tenant, subscriber, dialect, pattern)
+        found = [(int(r[0]), str(r[1])) for r in rows if tuple(r[1:]) in wanted]
         if not found:
             return {}
         self._remove_where(Subscription.id.in_([sub_id for sub_id, _ in found]))

@@ -1,16 +1,19 @@
 """A batch of new subscriptions into a temporary ``staging`` table, the first step of a
-bulk add (``SubscriptionRepository.add_many``): COPY on PostgreSQL, one Arrow insert on
-DuckDB (whose ``executemany`` goes row by row); then the statement that inserts the staged
-rows not stored yet."""
+bulk add (``SubscriptionRepository.add_rows``): the batch as an Arrow table (built from
+columns for plain rows, from records otherwise), then COPY on PostgreSQL, one Arrow insert
+on DuckDB (whose ``executemany`` goes row by row); then the statement that inserts the
+staged rows not stored yet."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
@@ -30,45 +33,92 @@ _JSON_COLUMNS: Final = frozenset(
 QUOTE: Final = postgresql.dialect().identifier_preparer.quote  # type: ignore[no-untyped-call]
 #: A new subscription's column values, in ``NEW_COLUMNS`` order (JSON ones as Python).
 _ROW: Final = attrgetter(*NEW_COLUMNS)
-#: Where the JSON columns sit in a staged row (after ``ord``).
-_JSON_AT: Final = tuple(
-    (i + 1, name) for i, name in enumerate(NEW_COLUMNS) if name in _JSON_COLUMNS
+
+
+#: What makes a subscription unique (the unique constraint).
+_KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
+#: A staged batch as Arrow: ``ord`` (the item's position in its batch) and the new
+#: columns, all text (JSON ones as their JSON text).
+STAGED: Final = pa.schema([("ord", pa.int64()), *((name, pa.string()) for name in NEW_COLUMNS)])
+#: How Arrow writes a staged batch for PostgreSQL's CSV ``COPY``: every value quoted, so
+#: an empty string stays one and only a null is an empty field (``NULL``).
+_CSV: Final = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
+
+
+_TIME_COLUMNS: Final = frozenset(
+    c.name for c in _SUBSCRIPTION.columns if isinstance(c.type, sa.DateTime)
 )
 
 
-def _json_columns(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A staged row with its JSON columns as JSON text (criteria pairs as lists)."""
-    values = list(row)
-    for at, name in _JSON_AT:
-        value = values[at]
-        if value is not None:
-            values[at] = json.dumps([list(c) for c in value] if name == "criteria" else value)
-    return tuple(values)
+def _time_text(value: datetime | None) -> str | None:
+    """A time column's value as ISO 8601 text (its offset kept), which both stores cast."""
+    return None if value is None else value.isoformat()
 
 
-def stage(session: Session, items: Sequence[NewSubscription], *, postgres: bool) -> None:
-    """Rows of ``items`` into a temporary ``staging`` table with the subscription
-    columns' own types (plus ``ord``, the item's position)."""
+def _json_text(name: str, value: Any) -> str | None:
+    """A JSON column's value as JSON text (criteria pairs as lists)."""
+    if value is None:
+        return None
+    return json.dumps([list(c) for c in value] if name == "criteria" else value)
+
+
+def staged_rows(items: Sequence[NewSubscription], ords: Sequence[int] | None = None) -> pa.Table:
+    """``items`` as a staged batch (``STAGED``); ``ords``: their positions (default: in
+    order from 0). O(items) Python work: the full path's items, and the store's own
+    callers; a plain import's rows are built as columns (``plain_rows``)."""
+    columns = list(zip(*map(_ROW, items), strict=True)) if items else [()] * len(NEW_COLUMNS)
+    arrays: list[Any] = [range(len(items)) if ords is None else ords]
+    for name, values in zip(NEW_COLUMNS, columns, strict=True):
+        if name in _JSON_COLUMNS:
+            values = tuple(_json_text(name, value) for value in values)
+        elif name in _TIME_COLUMNS:
+            values = tuple(map(_time_text, values))
+        arrays.append(values)
+    return pa.Table.from_arrays(
+        [pa.array(a, t) for a, t in zip(arrays, STAGED.types, strict=True)], schema=STAGED
+    )
+
+
+def plain_rows(
+    ords: pa.Array, tenant: pa.Array, subscriber: pa.Array, pattern: pa.Array
+) -> pa.Table:
+    """Plain AMQP topic subscriptions as a staged batch, from columns (no object per row):
+    the dialect and kind are constants, the other columns null."""
+    count = len(ords)
+    given = {"ord": ords, "tenant": tenant, "subscriber": subscriber, "pattern": pattern}
+    constant = {"dialect": "amqp", "kind": "topic"}
+    arrays = [
+        given[name]
+        if name in given
+        else pa.repeat(pa.scalar(constant.get(name), pa.string()), count)
+        for name in STAGED.names
+    ]
+    return pa.Table.from_arrays(arrays, schema=STAGED)
+
+
+def stage(session: Session, rows: pa.Table, *, postgres: bool) -> None:
+    """``rows`` (a staged batch) into a temporary ``staging`` table with the subscription
+    columns' own types (plus ``ord``): one CSV ``COPY`` written by Arrow on PostgreSQL,
+    one Arrow insert on DuckDB (whose ``executemany`` goes row by row). No Python object
+    per row on either."""
     dialect = session.get_bind().dialect
     columns = ", ".join(
         f"{QUOTE(name)} {_SUBSCRIPTION.c[name].type.compile(dialect=dialect)}"
         for name in NEW_COLUMNS
     )
     session.execute(sa.text(f"CREATE TEMPORARY TABLE staging (ord BIGINT, {columns})"))
-    rows = [(i, *_ROW(item)) for i, item in enumerate(items)]
-    if any(item.criteria is not None or item.labels is not None for item in items):
-        rows = [_json_columns(row) for row in rows]
     raw = session.connection().connection.driver_connection
     assert raw is not None
     if postgres:
-        with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+        # In key order: the probes of the unique index (``insert_new``) then walk it in
+        # order, about half as costly as in the batch's order.
+        rows = rows.sort_by([(name, "ascending") for name in _KEY_COLUMNS])
+        sink = pa.BufferOutputStream()
+        pa_csv.write_csv(rows, sink, _CSV)
+        with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN (FORMAT csv)") as copy:
+            copy.write(sink.getvalue().to_pybytes())
     else:
-        # DuckDB reads an Arrow table in one vectorized insert (executemany is per row).
-        names = ("ord", *NEW_COLUMNS)
-        arrays = dict(zip(names, zip(*rows, strict=True), strict=True))
-        raw.register("staging_rows", pa.table(arrays))
+        raw.register("staging_rows", rows)
         try:
             raw.execute("INSERT INTO staging SELECT * FROM staging_rows")
         finally:
@@ -77,11 +127,10 @@ def stage(session: Session, items: Sequence[NewSubscription], *, postgres: bool)
 
 #: What makes a subscription unique (the unique constraint), in SQL over ``st`` (staging)
 #: and ``s`` (subscription).
-_KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
 SAME_KEY: Final = " AND ".join(f"s.{c} = st.{c}" for c in _KEY_COLUMNS)
 
 
-def insert_new(items: Sequence[NewSubscription], *, postgres: bool) -> str:
+def insert_new(rows: pa.Table, *, postgres: bool) -> str:
     """The ``INSERT ... SELECT`` of the staged ``items`` whose key is not stored yet (the
     first of each key repeated in the batch), in the batch's order, so the ids drawn follow
     it and a repeated key draws none. Writers are serialized, so nothing inserts a key
@@ -90,8 +139,7 @@ def insert_new(items: Sequence[NewSubscription], *, postgres: bool) -> str:
     source, where = "staging st", []
     # PostgreSQL numbers the batch's rows only when a key repeats in it; DuckDB always
     # (its import was measured with this shape, the anti-join hashing the batch side).
-    keys = {(i.tenant, i.subscriber, i.dialect, i.pattern) for i in items} if postgres else ()
-    if not postgres or len(keys) < len(items):
+    if not postgres or _repeats(rows):
         source = (
             f"(SELECT *, row_number() OVER (PARTITION BY {', '.join(_KEY_COLUMNS)} "
             "ORDER BY ord) AS nth FROM staging) st"
@@ -113,3 +161,11 @@ def insert_new(items: Sequence[NewSubscription], *, postgres: bool) -> str:
         f"INSERT INTO subscription ({columns}) SELECT {selected} FROM {source} "
         f"WHERE {' AND '.join(where)} ORDER BY st.ord"
     )
+
+
+def _repeats(rows: pa.Table) -> bool:
+    """Whether a key repeats in the staged ``rows`` (Arrow's hash grouping: no Python
+    object per row)."""
+    keys = rows.select(list(_KEY_COLUMNS))
+    distinct: int = keys.group_by(list(_KEY_COLUMNS)).aggregate([]).num_rows
+    return bool(distinct < rows.num_rows)

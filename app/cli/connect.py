@@ -45,18 +45,21 @@ def announce_new_store(url: str) -> None:
 
 
 @contextmanager
-def connect(settings: Settings, api_url: str | None = None, *, create: bool) -> Iterator[Admin]:
+def connect(
+    settings: Settings, api_url: str | None = None, *, create: bool, bulk: bool = False
+) -> Iterator[Admin]:
     """The store directly when nothing else holds it; otherwise the running service (at
     ``api_url``, or the configured host and port). ``create``: a store that is not there
     is created and migrated (said on stderr); otherwise it must have been migrated, to the
-    current schema (``NoSchemaError``), and is used as it is."""
+    current schema (``NoSchemaError``), and is used as it is. ``bulk``: the command writes
+    in bulk (an embedded DuckDB then works on one thread: ``store.Database``)."""
     from store import Database, DatabaseLockedError
 
     if api_url is None:
         if create:
             announce_new_store(settings.database_url)
         try:
-            db = Database(settings.database_url, create=create)
+            db = Database(settings.database_url, create=create, threads=1 if bulk else None)
         except DatabaseLockedError:
             api_url = f"http://{settings.host}:{settings.port}"
         else:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.auth import OPERATOR, Caller, Origin
+from app.bulk import Items
 from app.cli.protocol import Added, Item
 from app.operations import AdminOperations, parse_item
 from app.refusals import NotFoundError
@@ -37,7 +38,7 @@ class DirectAdmin:
         stored, created = self.operations.create(parse_item(item), self.caller)
         return {"status": "created" if created else "exists", **stored.model_dump(mode="json")}
 
-    def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
+    def prepare_import(self, items: Items) -> Callable[[], Added]:
         """Validates ``items`` now; the call stores them, summed up without a result
         object per item."""
         store = self.operations.prepare_many(items, self.caller, results=False)

@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import httpx
 
 from app.cli.protocol import Added, Item
+
+if TYPE_CHECKING:
+    from app.bulk import Items
 from topicstore.client import Client, NotFoundError, Retry, calls
 from topicstore.models import Dialect, SubscriptionOut
 
@@ -58,9 +61,9 @@ class HttpAdmin:
 
         return self.client.send(calls.Call("POST", "/v1/subscriptions", read, body=body))
 
-    def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
+    def prepare_import(self, items: Items) -> Callable[[], Added]:
         """Encodes the request now (while the one before is in flight); the call sends it."""
-        call = calls.create_subscriptions(items)
+        call = calls.create_subscriptions(cast(list[Item], items.json_values()))
 
         def send() -> Added:
             answer = self.client.send(call)

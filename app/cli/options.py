@@ -38,14 +38,14 @@ TOPIC_DIALECTS_TEXT: Final = f"{', '.join(TOPIC_DIALECTS[:-1])} or {TOPIC_DIALEC
 
 
 @contextmanager
-def store_admin(api: str | None, *, create: bool = False) -> Iterator[Admin]:
+def store_admin(api: str | None, *, create: bool = False, bulk: bool = False) -> Iterator[Admin]:
     """The store or the running service (see ``app.cli.connect``). ``create``: a command
     that writes may create and migrate a store that is not there yet; one that only reads
-    refuses it (``no_schema``)."""
+    refuses it (``no_schema``). ``bulk``: it writes in bulk (an import)."""
     from app.cli.connect import connect
     from app.settings import get_settings
 
-    with connect(get_settings(), api, create=create) as admin:
+    with connect(get_settings(), api, create=create, bulk=bulk) as admin:
         yield admin
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from app.bulk import Items
 
 #: One JSON object of the API (a subscription, a result, a match).
 Item = dict[str, Any]
@@ -30,7 +33,7 @@ class Admin(Protocol):
         """One subscription (``POST /v1/subscriptions``): its fields and ``status``."""
         ...
 
-    def prepare_import(self, items: Sequence[Item]) -> Callable[[], Added]:
+    def prepare_import(self, items: Items) -> Callable[[], Added]:
         """One batch of an import in two steps: what can be done before the store is
         free (validating, encoding) now; the call stores it."""
         ...

@@ -296,12 +296,12 @@ def sub_import(
         created += added.created
         exists += added.exists
         report.extend(
-            {"line": chunk.items[index][0], "code": code, "message": message}
+            {"line": chunk.lines[index], "code": code, "message": message}
             for index, code, message in added.errors
         )
 
     with (
-        store_admin(api, create=True) as admin,
+        store_admin(api, create=True, bulk=True) as admin,
         typer.progressbar(length=path.stat().st_size, label="importing", file=sys.stderr) as bar,
         ThreadPoolExecutor(1, thread_name_prefix="topicstore-import") as writer,
     ):
@@ -312,11 +312,11 @@ def sub_import(
         writing: tuple[Batch, Future[Added]] | None = None
         for chunk in read_batches(path, batch):
             report += chunk.problems
-            write = admin.prepare_import([item for _, item in chunk.items])
+            write = admin.prepare_import(chunk.items)
             if writing is not None:
                 settle(*writing)
                 writing = None
-            if chunk.items:
+            if chunk.items.size:
                 writing = chunk, writer.submit(write)
             bar.update(chunk.position - done)
             done = chunk.position

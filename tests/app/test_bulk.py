@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import JsonValue
 
 from app.auth import OPERATOR, Caller
-from app.bulk import BulkResult, plain
+from app.bulk import BulkResult, Items, accept_plain, plain
 from app.operations import AdminOperations, parse_item
 from app.refusals import ServiceError
 from app.settings import Settings
@@ -56,6 +56,40 @@ def test_plain_accepts_only_what_the_full_path_accepts_unchanged(
         return
     if quick is not None:
         assert quick == full and quick.labels == full.labels
+
+
+@pytest.mark.parametrize(
+    "limits", [LIMITS, replace(LIMITS, max_hash_wildcards=1)], ids=["any_hashes", "one_hash"]
+)
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(ITEMS, max_size=12), caller=CALLERS)
+def test_the_columns_check_accepts_what_plain_accepts(
+    limits: Limits, items: list[JsonValue], caller: Caller
+) -> None:
+    """``accept_plain`` on a batch's columns takes exactly the items ``plain`` takes, as
+    the same records; every other item is left for the full path."""
+    columns = Items.of(items)
+    accepted = accept_plain(columns, caller, limits)
+    taken = {
+        index: (tenant, subscriber, pattern)
+        for index, tenant, subscriber, pattern in zip(
+            accepted.at.to_pylist(),
+            accepted.tenant.to_pylist(),
+            accepted.subscriber.to_pylist(),
+            accepted.pattern.to_pylist(),
+            strict=True,
+        )
+    }
+    expected = {}
+    for index, item in enumerate(items):
+        new = plain(item, caller, limits)
+        if new is not None:
+            assert new.dialect == "amqp" and new.group is None and new.labels is None
+            expected[index] = (new.tenant, new.subscriber, new.pattern)
+    assert taken == expected
+    left = {index for index, _ in accepted.refused} | {index for index, _ in columns.others}
+    assert left == set(range(len(items))) - set(taken)
+    assert all(columns.item(index, row) == items[index] for index, row in accepted.refused)
 
 
 def test_plain_takes_the_common_case() -> None:
