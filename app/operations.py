@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Final
 
 import pyarrow as pa
 from pydantic import JsonValue, ValidationError
 from sqlalchemy.orm import Session
 
+from app.admin_reads import AdminReads, subscription_out
 from app.auth import Caller
 from app.bulk import (
     PLAIN,
@@ -42,34 +42,24 @@ from app.refusals import (
 )
 from app.settings import Settings
 from matcher import MatcherError
-from matcher.budget import Budget
 from store import (
     AuditEntry,
     AuditRepository,
     Database,
     NewSubscription,
-    StoredSubscription,
     StoreError,
     SubscriptionRepository,
     validate,
 )
 from store.expiry import expired, expiry_at
-from store.export import export_parquet
 from store.groups import GroupPolicies, check_same_group
 from store.staging import staged_rows
 from topicstore.models import (
-    AuditOrder,
-    AuditOut,
-    AuditPage,
-    Counts,
     Deleted,
     ExpiryIn,
-    Page,
     SubscriptionIn,
-    SubscriptionOrder,
     SubscriptionOut,
 )
-from topicstore.times import YEARS
 
 _NEW_FIELDS: Final = tuple(NewSubscription.__dataclass_fields__)
 #: How often a writer purges audit rows past their retention (a range delete on an index).
@@ -85,22 +75,10 @@ def utc_now() -> datetime:
 EXPIRY: Final = Caller(tenant=None, name="expiry")
 
 
-def subscription_out(row: StoredSubscription) -> SubscriptionOut:
-    """The row as the API shows it (field by field, so a new column is one field of the
-    model)."""
-    values = {name: getattr(row, name) for name in SubscriptionOut.model_fields}
-    if row.criteria is not None:
-        values["criteria"] = dict(row.criteria)
-    return SubscriptionOut(**values)
-
-
-def audit_out(entry: AuditEntry) -> AuditOut:
-    return AuditOut(**{name: getattr(entry, name) for name in AuditOut.model_fields})
-
-
-class AdminOperations:
+class AdminOperations(AdminReads):
     """Admin operations on ``db`` under ``settings``' limits, on behalf of a ``Caller``.
-    ``clock`` stamps audit rows and schedules their purge (tests pass their own)."""
+    ``clock`` stamps audit rows and schedules their purge (tests pass their own). The
+    reads are ``AdminReads``'."""
 
     def __init__(
         self,
@@ -361,117 +339,6 @@ class AdminOperations:
 
         return self.db.writes.run(check)
 
-    # -- reads --------------------------------------------------------------------------
-
-    def get(self, sub_id: int, caller: Caller) -> SubscriptionOut:
-        with self.db.read() as session:
-            row = SubscriptionRepository(session).get(sub_id, tenant=caller.tenant)
-        if row is None:
-            raise NotFoundError(f"no subscription {sub_id}")
-        return subscription_out(row)
-
-    def page(
-        self,
-        caller: Caller,
-        *,
-        tenant: str | None = None,
-        subscriber: str | None = None,
-        pattern_prefix: str | None = None,
-        dialect: str | None = None,
-        after: int | None = None,
-        limit: int = 100,
-        ids: Sequence[int] | None = None,
-        group: str | None = None,
-        label: tuple[str, str] | None = None,
-        sort: SubscriptionOrder = "id",
-        after_matches: int | None = None,
-        unmatched_since: datetime | None = None,
-    ) -> Page:
-        """A page of subscriptions in id order, or (``sort="matches"``) most matched first
-        (keyset pagination: pass ``next_after``, and ``next_after_matches`` with that sort,
-        back as ``after`` and ``after_matches``); ``ids``: only those (what a
-        routing-table search found); ``unmatched_since``: only those not matched since
-        then."""
-        by_matches = sort == "matches"
-        if by_matches and (after is None) != (after_matches is None):
-            raise InvalidRequestError(
-                "with sort=matches give after and after_matches together (the previous "
-                "page's next_after and next_after_matches)",
-                code="incomplete_cursor",
-            )
-        if not by_matches and after_matches is not None:
-            raise InvalidRequestError(
-                "after_matches goes with sort=matches", code="incomplete_cursor"
-            )
-        with self.db.read() as session:
-            rows = SubscriptionRepository(session).page(
-                tenant=caller.tenant_for(tenant),
-                subscriber=subscriber,
-                pattern_prefix=pattern_prefix,
-                dialect=dialect,
-                after_id=after,
-                limit=limit,
-                ids=ids,
-                group=group,
-                label=label,
-                by_matches=by_matches,
-                after_matches=after_matches or 0,
-                unmatched_since=_instant(unmatched_since, "unmatched_since"),
-            )
-        full = len(rows) == limit
-        return Page(
-            items=[subscription_out(row) for row in rows],
-            next_after=rows[-1].id if full else None,
-            next_after_matches=rows[-1].matches if full and by_matches else None,
-        )
-
-    def count(self, caller: Caller, tenant: str | None = None) -> Counts:
-        tenant = caller.tenant_for(tenant)
-        with self.db.read() as session:
-            by_dialect = SubscriptionRepository(session).count(tenant)
-        return Counts(tenant=tenant, total=sum(by_dialect.values()), by_dialect=by_dialect)
-
-    def export(
-        self, path: Path, caller: Caller, tenant: str | None = None, budget: Budget | None = None
-    ) -> int:
-        """Write the tenant's subscriptions to Parquet at ``path``; returns the row count.
-        Stops between two batches once ``budget`` is stopped."""
-        return export_parquet(
-            self.db,
-            path,
-            tenant=caller.tenant_for(tenant),
-            check=None if budget is None else budget.check,
-        )
-
-    def audit_page(
-        self,
-        caller: Caller,
-        *,
-        tenant: str | None = None,
-        action: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: int | None = None,
-        limit: int = 100,
-        order: AuditOrder = "asc",
-    ) -> AuditPage:
-        """A page of the audit log in id order, oldest first or (``desc``) newest first
-        (keyset pagination, like ``page``). The operator sees every tenant's rows (or
-        ``tenant``'s); a tenant only its own."""
-        scope = tenant if caller.tenant is None else caller.tenant_for(tenant)
-        with self.db.read() as session:
-            rows = AuditRepository(session).page(
-                tenant=scope,
-                action=action,
-                since=_instant(since, "from"),
-                until=_instant(until, "to"),
-                after_id=after,
-                limit=limit,
-                newest_first=order == "desc",
-            )
-        next_after = rows[-1].id if len(rows) == limit else None
-        return AuditPage(items=[audit_out(row) for row in rows], next_after=next_after)
-
     # -- audit --------------------------------------------------------------------------
 
     def _audit(
@@ -586,21 +453,6 @@ def _resolve_groups(
 _NOT_APPLICABLE: Final = {"headers": ("pattern", "dialect"), "topic": ("criteria", "mode")}
 #: Schema problems that have a rule of their own (the store's code for the same rule).
 _SCHEMA_CODES: Final = {"finite_number": "invalid_number"}
-
-
-def _instant(value: datetime | None, name: str) -> datetime | None:
-    """``value`` in UTC (the command line's time without an offset is taken as UTC), or
-    the refusal naming the bound it breaks (``topicstore.times``: the year as written)."""
-    if value is None:
-        return None
-    if value.year not in YEARS:
-        raise InvalidRequestError(
-            f"{name} must be written in a year from {YEARS.start} to {YEARS.stop - 1}",
-            code="time_out_of_range",
-        )
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
 
 
 def parse_item(item: JsonValue) -> SubscriptionIn:

@@ -31,7 +31,17 @@ _DIALECT: Final = postgresql.dialect()  # type: ignore[no-untyped-call]
 def _casts(table: sa.FromClause, names: Sequence[str]) -> list[str]:
     """A placeholder per column of ``names``, cast to the column's type (a parameter in a
     ``SELECT`` list has none of its own: a NULL would be text, not JSON)."""
-    return [f"%s::{table.c[name].type.compile(dialect=_DIALECT)}" for name in names]
+    return [f"%s::{_cast_type(table.c[name].type)}" for name in names]
+
+
+def _cast_type(column_type: sa.types.TypeEngine[Any]) -> str:
+    """The type a parameter is cast to: the column's, except that a bounded string is cast
+    to ``text`` (a cast to ``varchar(n)`` cuts a longer value silently; the column's own
+    type refuses it on insert, as an ORM insert would)."""
+    bounded = isinstance(column_type, sa.String) and column_type.length is not None
+    if bounded and not isinstance(column_type, sa.Enum):
+        return "text"
+    return str(column_type.compile(dialect=_DIALECT))
 
 
 def _json(table: sa.FromClause, names: Sequence[str]) -> frozenset[int]:

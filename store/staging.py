@@ -7,8 +7,8 @@ staged rows not stored yet."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from collections.abc import Sequence
+from datetime import datetime
 from operator import attrgetter
 from typing import Any, Final
 

@@ -332,7 +332,10 @@ def test_a_store_of_an_older_release_is_named_outdated_not_a_traceback(
     finally:
         get_settings.cache_clear()
     assert removed.exit_code == 2, removed.output
-    outdated = "error: schema_outdated: the store has no audit_log, tenant_usage table yet"
+    outdated = (
+        "error: schema_outdated: the store has no audit_log, subscription_stats, tenant_usage "
+        "table yet"
+    )
     assert outdated in removed.output
 
 
