@@ -128,6 +128,7 @@ def _write_workload(directory: Path, workload: Workload, sample: int) -> tuple[P
             "group": pa.nulls(count, pa.string()),
             "group_policy": pa.nulls(count, pa.string()),
             "created_at": pa.array([start] * count, pa.timestamp("us", tz="UTC")),
+            "expires_at": pa.nulls(count, EXPORT_SCHEMA.field("expires_at").type),
         },
         schema=EXPORT_SCHEMA,
     )

@@ -61,7 +61,11 @@ def analytics(
     bucket: Annotated[Bucket, Query(description="timeline's time bucket.")] = "hour",
     as_of: Annotated[
         int | None,
-        Query(ge=0, description="The routed table's version to read (default: the newest)."),
+        Query(
+            ge=0,
+            le=2**63 - 1,
+            description="The routed table's version to read (default: the newest).",
+        ),
     ] = None,
 ) -> Response:
     """Deliveries per subscriber or tenant, fan-out, hot topics, the unmatched rate over
