@@ -227,7 +227,14 @@ def dataset(table: Path, version: int | None = None) -> ds.Dataset:
     from deltalake.exceptions import DeltaError
 
     try:
-        delta = DeltaTable(str(table), version=version)
+        delta = DeltaTable(str(table))
+        # A version past the newest is refused here: delta-rs panics on some of them.
+        if version is not None and version != delta.version():
+            if version > delta.version():
+                raise UnknownVersionError(
+                    f"{table} has no version {version}: its newest is {delta.version()}"
+                )
+            delta = DeltaTable(str(table), version=version)
     except DeltaError as e:
         raise UnknownVersionError(f"{table} has no version {version}: {e}") from e
     return delta.to_pyarrow_dataset()
