@@ -4,8 +4,9 @@ history. Plain delta-rs calls, no Spark; each is safe while a stream appends to 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -18,18 +19,25 @@ table = typer.Typer(
     add_completion=False,
 )
 
+T = TypeVar("T")
+
 TablePath = Annotated[
     Path, typer.Argument(help="The routed table (a route --out directory).", show_default=False)
 ]
 
 
-def _report(outcome: Outcome) -> None:
-    typer.echo(outcome.line())
+def _call(work: Callable[[], T]) -> T:
+    """``work``'s result; a ``PipelineError`` becomes the CLI's ``error: code: message``
+    line and exit status 2."""
+    try:
+        return work()
+    except PipelineError as e:
+        typer.echo(f"error: {e.code}: {e.message}", err=True)
+        raise typer.Exit(2) from e
 
 
-def _fail(e: PipelineError) -> typer.Exit:
-    typer.echo(f"error: {e.code}: {e.message}", err=True)
-    return typer.Exit(2)
+def _report(work: Callable[[], Outcome]) -> None:
+    typer.echo(_call(work).line())
 
 
 @table.command()
@@ -43,10 +51,7 @@ def compact(
     """Rewrite each partition's small files into large ones (one commit; same rows)."""
     from pipeline.maintenance import compact as run
 
-    try:
-        _report(run(path, target_mb * 1024 * 1024))
-    except PipelineError as e:
-        raise _fail(e) from e
+    _report(lambda: run(path, target_mb * 1024 * 1024))
 
 
 @table.command()
@@ -59,10 +64,7 @@ def expire(
     """Delete the rows of days older than --days (whole files; rows without a date stay)."""
     from pipeline.maintenance import expire as run
 
-    try:
-        _report(run(path, days))
-    except PipelineError as e:
-        raise _fail(e) from e
+    _report(lambda: run(path, days))
 
 
 @table.command()
@@ -81,10 +83,7 @@ def vacuum(
     """Delete the files no recent version needs (removed ones, uncommitted leftovers)."""
     from pipeline.maintenance import vacuum as run
 
-    try:
-        _report(run(path, retain_hours))
-    except PipelineError as e:
-        raise _fail(e) from e
+    _report(lambda: run(path, retain_hours))
 
 
 @table.command()
@@ -96,9 +95,6 @@ def history(
     route or the stream recorded: batch, change_seq, counts)."""
     from pipeline import delta
 
-    try:
-        entries = delta.history(delta.locate_table(path), limit)
-    except PipelineError as e:
-        raise _fail(e) from e
+    entries = _call(lambda: delta.history(delta.locate_table(path), limit))
     for entry in entries:
         typer.echo(json.dumps(entry, sort_keys=True, default=str))
