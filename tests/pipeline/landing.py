@@ -1,4 +1,4 @@
-"""Helpers of the stream tests: a real DuckDB store the test changes while a stream runs,
+"""Helpers of the stream tests: a real store the test changes while a stream runs,
 message files landed as producers must land them, and the committed rows read back."""
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ ROW_COLUMNS = ("kind", "message_id", "subscription_id", "subscriber", "tenant", 
 
 
 class Store:
-    """A migrated DuckDB store the test adds subscriptions to."""
+    """A migrated store (a DuckDB file, or a PostgreSQL database) the test adds
+    subscriptions to."""
 
-    def __init__(self, path: Path) -> None:
-        self.url = f"duckdb:///{path}"
+    def __init__(self, url: str) -> None:
+        self.url = url
         db = Database(self.url)
         upgrade(db.url)
         db.dispose()
