@@ -5,7 +5,11 @@ worker's, not the driver's: they import ``matcher`` in their own Python processe
 is the test that the job's code really ships to a cluster. Its deliveries must equal the
 naive matcher's.
 
-Slow by nature (three JVMs start: about 30 s on two cores), so there is one test.
+The streaming route (``route --available-now``) runs on the same cluster: its micro-batches
+are routed by the worker's executors and committed by the driver.
+
+Slow by nature (three JVMs start: about 30 s on two cores), so the two tests share one
+cluster.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import pytest
 from deltalake import DeltaTable
 
 from harness.server import free_port, service_environment, topicstore_command
-from tests.pipeline.conftest import generate, naive_deliveries
+from tests.pipeline.conftest import Generated, generate, naive_deliveries
 
 START_TIMEOUT_S: Final = 120.0
 ROUTE_TIMEOUT_S: Final = 300.0
@@ -115,12 +119,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(master_url, logs / "work")
 
 
-def test_route_on_a_standalone_cluster(cluster: Cluster, tmp_path: Path) -> None:
-    data = generate(subscriptions=300, messages=2_000, seed=11, tenants=("default", "acme"))
+def _inputs(tmp_path: Path, data: Generated, messages: Path) -> Path:
+    """The subscriptions export and the messages (Parquet at ``messages``); the export."""
     subscriptions = tmp_path / "subs.parquet"
-    table = data.subscriptions_table()
-    pq.write_table(table, subscriptions)
-    messages = tmp_path / "messages.parquet"
+    pq.write_table(data.subscriptions_table(), subscriptions)
     ids, tenants, topics = zip(*data.messages, strict=True)
     pq.write_table(
         pa.table(
@@ -133,14 +135,15 @@ def test_route_on_a_standalone_cluster(cluster: Cluster, tmp_path: Path) -> None
         ),
         messages,
     )
-    out = tmp_path / "out"
+    return subscriptions
+
+
+def _route(cluster: Cluster, tmp_path: Path, *args: str) -> str:
+    """``topicstore route --master CLUSTER ARGS`` in its own process; its output. Its
+    executors must be the cluster's: the worker launched one for this application."""
+    apps = set(cluster.work.glob("app-*"))
     result = subprocess.run(
-        [
-            *topicstore_command(),
-            "route",
-            *("--master", cluster.url, "--messages", str(messages)),
-            *("--subscriptions", str(subscriptions), "--out", str(out)),
-        ],
+        [*topicstore_command(), "route", "--master", cluster.url, *args],
         env=_environment(),
         cwd=tmp_path,
         capture_output=True,
@@ -148,8 +151,12 @@ def test_route_on_a_standalone_cluster(cluster: Cluster, tmp_path: Path) -> None
         timeout=ROUTE_TIMEOUT_S,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "routed 2,000 messages" in result.stdout, result.stdout
+    (app,) = set(cluster.work.glob("app-*")) - apps
+    assert list(app.glob("*/stderr")), "no executor ran on the worker"
+    return result.stdout
 
+
+def _check_deliveries(out: Path, data: Generated) -> None:
     deliveries = DeltaTable(str(out)).to_pyarrow_table(
         columns=["message_id", "subscription_id", "subscriber", "tenant"],
         filters=[("kind", "=", "deliveries")],
@@ -158,5 +165,33 @@ def test_route_on_a_standalone_cluster(cluster: Cluster, tmp_path: Path) -> None
     expected = naive_deliveries(data)
     assert expected, "the generated workload must deliver something"
     assert got == expected
-    # The executors were the cluster's: the worker launched one for this application.
-    assert list(cluster.work.glob("app-*/*/stderr")), "no executor ran on the worker"
+
+
+def test_route_on_a_standalone_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    data = generate(subscriptions=300, messages=2_000, seed=11, tenants=("default", "acme"))
+    messages = tmp_path / "messages.parquet"
+    subscriptions = _inputs(tmp_path, data, messages)
+    out = tmp_path / "out"
+    printed = _route(
+        cluster,
+        tmp_path,
+        *("--messages", str(messages), "--subscriptions", str(subscriptions), "--out", str(out)),
+    )
+    assert "routed 2,000 messages" in printed, printed
+    _check_deliveries(out, data)
+
+
+def test_stream_on_a_standalone_cluster(cluster: Cluster, tmp_path: Path) -> None:
+    data = generate(subscriptions=300, messages=1_000, seed=12, tenants=("default", "acme"))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    subscriptions = _inputs(tmp_path, data, landing / "messages.parquet")
+    out = tmp_path / "out"
+    printed = _route(
+        cluster,
+        tmp_path,
+        *("--available-now", "--messages", str(landing)),
+        *("--subscriptions", str(subscriptions), "--out", str(out)),
+    )
+    assert "batch 0: 1,000 messages" in printed and "version 0" in printed, printed
+    _check_deliveries(out, data)

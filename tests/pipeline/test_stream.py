@@ -1,99 +1,37 @@
-"""The streaming route on real files, a real (DuckDB) store and the shared local Spark
-session, read back by delta-rs and by the DuckDB analytics: available-now routes what has
-landed and a later run only what landed since; a store change applies from the next batch;
-a batch Spark runs again after a restart is not committed twice."""
+"""The streaming route on real files, a real store (PostgreSQL, DuckDB) and the shared local
+Spark session, read back by delta-rs and by the DuckDB analytics: a store change applies to
+the batches that start after it and to none before, DuckDB reading during the writes sees
+whole batches only, and a batch Spark runs again after a restart is not committed twice.
+(Kills of the driver: test_stream_faults.py.)"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from datetime import UTC, datetime
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
-from migrations.runner import upgrade
+from harness.services import reset_postgres
 from pipeline import delta
-from pipeline.analytics import run_query
-from pipeline.stream import BatchProgress, StreamJob, run
-from store import Database, NewSubscription, SubscriptionRepository, validate
-from tests.pipeline.conftest import Generated, generate, naive_deliveries
+from pipeline.analytics import open_tables, run_query
+from pipeline.maintenance import compact, vacuum
+from pipeline.stream import BatchProgress, StreamJob, run, start
+from tests.pipeline.conftest import Generated, generate
+from tests.pipeline.landing import Store, deliveries, land
 
-TS = datetime(2024, 5, 1, 10, tzinfo=UTC)
-Delivery = tuple[str, int, str, str]
-
-
-class Store:
-    """A migrated DuckDB store the test adds subscriptions to between runs."""
-
-    def __init__(self, path: Path) -> None:
-        self.url = f"duckdb:///{path}"
-        db = Database(self.url)
-        upgrade(db.url)
-        db.dispose()
-        self.subscriptions: list[tuple[int, str, str, str]] = []
-
-    def add(self, rows: Sequence[tuple[str, str, str]]) -> int:
-        """Add (tenant, subscriber, pattern) rows; the change-log seq after them."""
-        db = Database(self.url)
-        try:
-            with db.write() as session:
-                added = SubscriptionRepository(session).add_many(
-                    [validate(NewSubscription(s, p, tenant=t)) for t, s, p in rows]
-                )
-            ids = [sub_id for sub_id, _ in added.items or []]
-            self.subscriptions += [(i, *row) for i, row in zip(ids, rows, strict=True)]
-            with db.read() as session:
-                return SubscriptionRepository(session).last_seq()
-        finally:
-            db.dispose()
-
-    def expected(self, messages: list[tuple[str, str, str]]) -> list[Delivery]:
-        return sorted(naive_deliveries(Generated(self.subscriptions, messages)))
-
-
-def _land(landing: Path, name: str, messages: list[tuple[str, str, str]]) -> None:
-    """One file of messages, written aside and renamed into place (as producers must)."""
-    partial = landing / f".{name}.partial"
-    if name.endswith(".parquet"):
-        ids, tenants, topics = zip(*messages, strict=True)
-        pq.write_table(
-            pa.table(
-                {
-                    "message_id": list(ids),
-                    "tenant": list(tenants),
-                    "topic": list(topics),
-                    "ts": pa.array([TS] * len(ids), pa.timestamp("us", tz="UTC")),
-                }
-            ),
-            partial,
-        )
-    else:
-        lines = (
-            json.dumps({"message_id": m, "tenant": t, "topic": topic, "ts": TS.isoformat()})
-            for m, t, topic in messages
-        )
-        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    partial.rename(landing / name)
-
-
-def _deliveries(out: Path) -> list[Delivery]:
-    """Every committed delivery, duplicates kept (delta-rs reading the table)."""
-    rows = DeltaTable(str(out)).to_pyarrow_table(
-        columns=["message_id", "subscription_id", "subscriber", "tenant"],
-        filters=[("kind", "=", "deliveries")],
-    )
-    return sorted(zip(*(rows.column(i).to_pylist() for i in range(4)), strict=True))
+WAIT_S: Final = 180.0
 
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[Store, Generated, Path, StreamJob]:
     data = generate(subscriptions=30, messages=60, seed=33, tenants=("t1", "t2"))
-    store = Store(tmp_path / "store.duckdb")
+    store = Store(f"duckdb:///{tmp_path / 'store.duckdb'}")
     store.add([(t, s, p) for _, t, s, p in data.subscriptions])
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -109,39 +47,114 @@ def _run(spark: SparkSession, job: StreamJob) -> list[BatchProgress]:
     return seen
 
 
+class Poller(threading.Thread):
+    """Reads the table through the analytics' DuckDB connection (``open_tables``) over and
+    over while the stream writes it, keeping every answer (rows per message), and compacts
+    and vacuums it in between (``pipeline.maintenance``, as ``topicstore table`` does)."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(daemon=True)
+        self.out = out
+        self.stop = threading.Event()
+        self.seen: list[dict[str, int]] = []
+        self.error: BaseException | None = None
+        self.compactions = 0
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(0.05):
+                if not delta.is_table(self.out):
+                    continue
+                self.seen.append(self.read())
+                if len(self.seen) % 5 == 0:
+                    self.compactions += compact(self.out).version is not None
+                    vacuum(self.out)  # the default retention: in-flight staged files stay
+        except BaseException as e:  # reported by the test's thread
+            self.error = e
+
+    def read(self) -> dict[str, int]:
+        with open_tables(self.out) as conn:
+            rows = conn.execute(
+                "SELECT message_id, count(*) FROM routed "
+                "WHERE kind IN ('deliveries', 'unmatched') GROUP BY message_id"
+            ).fetchall()
+        return dict(rows)
+
+
+def _wait(what: str, done: Callable[[], object], query: StreamingQuery) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        if query.exception() is not None or not query.isActive:
+            pytest.fail(f"the stream stopped before {what}: {query.exception()}")
+        assert time.monotonic() < deadline, f"no {what} after {WAIT_S} s"
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
-def test_each_file_is_routed_once_and_a_store_change_applies_from_the_next_batch(
-    spark: SparkSession, setup: tuple[Store, Generated, Path, StreamJob]
+def test_a_running_stream_routes_each_batch_against_the_store_as_the_batch_started(
+    spark: SparkSession, postgres_url: str, tmp_path: Path
 ) -> None:
-    store, data, landing, job = setup
-    first, second, third = data.messages[:20], data.messages[20:40], data.messages[40:]
-    _land(landing, "a.jsonl", first)
-    _land(landing, "b.parquet", second)
-    seq = store.add([])  # no change: the seq the first batch must record
+    """One ``--follow`` stream over three files landed one by one, on PostgreSQL: a
+    subscriber added while batch 1 runs receives nothing of batch 1 (which read its
+    snapshot before the add) and every message of its tenant from batch 2 (started after).
+    Meanwhile DuckDB polls the table and sees each file's rows all or not at all, and the
+    table is compacted and vacuumed between the polls."""
+    reset_postgres(postgres_url)
+    data = generate(subscriptions=30, messages=60, seed=33, tenants=("t1", "t2"))
+    store = Store(postgres_url)
+    seq = store.add([(t, s, p) for _, t, s, p in data.subscriptions])
+    files = [data.messages[:20], data.messages[20:40], data.messages[40:]]
+    landing, out = tmp_path / "landing", tmp_path / "out"
+    landing.mkdir()
+    job = StreamJob(landing=str(landing), out=out, database_url=store.url, trigger_interval_s=0.2)
+    seen: list[BatchProgress] = []
+    query, writer = start(spark, job, seen.append)
+    poller = Poller(out)
+    poller.start()
+    try:
+        land(landing, "a.jsonl", files[0])
+        _wait("batch 0", lambda: seen, query)
+        land(landing, "b.parquet", files[1])
+        _wait("batch 1's staged files", lambda: any(out.glob("batch-1-*")), query)
+        late_seq = store.add([("t1", "late", "#")])  # while batch 1 runs
+        _wait("batch 1", lambda: len(seen) == 2, query)
+        land(landing, "c.jsonl", files[2])
+        _wait("batch 2", lambda: len(seen) == 3, query)
+    finally:
+        poller.stop.set()
+        poller.join(timeout=30)
+        query.stop()
+        if writer.snapshots is not None:
+            writer.snapshots.close()
 
-    (batch,) = _run(spark, job)
-    assert (batch.batch_id, batch.messages, batch.version) == (0, 40, 0)
-    assert batch.change_seq == seq and batch.lag_s is not None
-    before = store.expected(first + second)
-    assert _deliveries(job.out) == before and before
+    assert [(b.batch_id, b.messages) for b in seen] == [(0, 20), (1, 20), (2, 20)]
+    assert seen[0].version == 0 and seen[0].version < seen[1].version < seen[2].version  # type: ignore[operator]
+    assert [b.change_seq for b in seen] == [seq, seq, late_seq] and late_seq > seq
+    before_late = [d for d in store.expected(files[0] + files[1]) if d[2] != "late"]
+    got = deliveries(out)
+    assert got == sorted(before_late + store.expected(files[2]))
+    late = {d[0] for d in got if d[2] == "late"}
+    assert late == {m for m, tenant, _ in files[2] if tenant == "t1"} and late
 
-    # A subscriber to everything arrives, then a third file: only the third file is routed,
-    # and it alone reaches the newcomer.
-    later_seq = store.add([("t1", "late", "#")])
-    assert later_seq > seq
-    _land(landing, "c.jsonl", third)
-    (batch,) = _run(spark, job)
-    assert (batch.batch_id, batch.messages, batch.change_seq) == (1, 20, later_seq)
-    after = _deliveries(job.out)
-    assert after == sorted(before + store.expected(third))
-    late = [d for d in after if d[2] == "late"]
-    assert {d[0] for d in late} == {m for m, tenant, _ in third if tenant == "t1"}
+    commits = [h for h in delta.history(out) if h.get("writer") == "stream"]
+    assert [(h["batch"], h["change_seq"]) for h in commits] == [(2, late_seq), (1, seq), (0, seq)]
+    first = {m for m, _, _ in files[0]}
+    assert sum(run_query("tenants", out, as_of=0).column("deliveries")) == len(
+        [d for d in before_late if d[0] in first]
+    )
 
-    commits = [h for h in delta.history(job.out) if h.get("writer") == "stream"]
-    assert [(h["batch"], h["change_seq"]) for h in commits] == [(1, later_seq), (0, seq)]
-    # DuckDB sees the same committed rows, and the first batch alone as of version 0.
-    assert sum(run_query("tenants", job.out).column("deliveries")) == len(after)
-    assert sum(run_query("tenants", job.out, as_of=0).column("deliveries")) == len(before)
+    # Every poll saw each file's rows all or none: the final count per file, or nothing.
+    assert poller.error is None, poller.error
+    final = poller.read()
+    assert len(poller.seen) >= 3 and poller.compactions >= 1
+    whole = [sum(final.get(m, 0) for m, _, _ in f) for f in files]
+    for counts in poller.seen:
+        per_file = [sum(counts.get(m, 0) for m, _, _ in f) for f in files]
+        assert all(n in (0, w) for n, w in zip(per_file, whole, strict=True)), per_file
+    assert any(
+        0 < sum(map(bool, [sum(c.get(m, 0) for m, _, _ in f) for f in files])) < 3
+        for c in poller.seen
+    ), "no poll fell between two batches"
 
 
 @pytest.mark.slow
@@ -152,9 +165,9 @@ def test_a_batch_spark_runs_again_after_a_restart_is_not_committed_twice(
     record of it (the checkpoint's commits/0) is removed, so the restarted stream runs batch
     0 again, with the same files; the table already holds it and keeps one copy."""
     store, data, landing, job = setup
-    _land(landing, "a.jsonl", data.messages[:30])
+    land(landing, "a.jsonl", data.messages[:30])
     (batch,) = _run(spark, job)
-    once = _deliveries(job.out)
+    once = deliveries(job.out)
     assert once == store.expected(data.messages[:30]) and batch.version == 0
 
     commits = job.checkpoint_dir / "commits"
@@ -162,6 +175,6 @@ def test_a_batch_spark_runs_again_after_a_restart_is_not_committed_twice(
         (commits / name).unlink()
     (again,) = _run(spark, job)
     assert (again.batch_id, again.version) == (0, None)  # run again, not committed again
-    assert _deliveries(job.out) == once
+    assert deliveries(job.out) == once
     assert DeltaTable(str(job.out)).version() == 0
     assert len(list(job.out.glob("batch-*"))) == 1  # the skipped run staged nothing
