@@ -10,7 +10,7 @@ The per-message loop does nothing but match; the output columns are gathered vec
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain, compress
 from typing import Final, TypeAlias
 
@@ -20,10 +20,12 @@ import pyarrow as pa
 
 from matcher import EMPTY, HeadersMatcher, Matcher, MatcherError, MatchResult, create_matcher
 from matcher.groups import Ring, pick_hash, select, stable_hash
+from pipeline.changes import Add, PlanChanges, Remove
 from pipeline.codes import DEFAULT_DIALECT, DELIVERY, MAX_OUTPUT_ROWS, REJECTED, UNMATCHED
 from pipeline.schema import ROUTED_NAMES
 from pipeline.subscriptions import SubscriptionPlan
 from store import DEFAULT_TENANT
+from store.records import Criteria, Mode
 
 #: A message's matches: an engine's result, or a tuple when headers matches were added.
 Hits: TypeAlias = MatchResult | tuple[int, ...]
@@ -45,6 +47,66 @@ class Router:
         # The hash rings of the members sets messages matched, kept: messages with the
         # same topic match the same members, and a ring costs O(members x log) to build.
         self._rings: dict[tuple[int, ...], Ring] = {}
+        # The changes since the plan (``pipeline.changes``): how many operations are
+        # applied, the plan's positions removed, and the positions added after the plan's
+        # (their ids and subscribers by position - len(plan), removed ones kept).
+        self.applied = 0
+        self._removed: set[int] = set()
+        self._added_topics: dict[tuple[str, str], dict[int, str]] = {}
+        self._added_headers: dict[str, dict[int, tuple[Criteria, Mode]]] = {}
+        self._added_ids: list[int] = []
+        self._added_subscribers: list[str] = []
+        self._added_arrays: tuple[pa.Array, pa.Array] | None = None
+        self._groups: Mapping[int, tuple[str, str]] = plan.groups
+
+    def apply(self, changes: PlanChanges) -> None:
+        """Apply the operations of ``changes`` not applied yet (``changes`` extends what
+        was applied: ``router_for``). O(new operations): engines built already are
+        updated in place, the others are built with them when first used."""
+        base = len(self.plan)
+        for op in changes.ops[self.applied :]:
+            if isinstance(op, Add):
+                assert op.position == base + len(self._added_ids)
+                self._added_ids.append(op.sub_id)
+                self._added_subscribers.append(op.subscriber)
+                if op.dialect is None:
+                    assert op.criteria is not None and op.mode is not None
+                    added = self._added_headers.setdefault(op.tenant, {})
+                    added[op.position] = (op.criteria, op.mode)
+                    headers = self._headers.get(op.tenant)
+                    if headers is not None:
+                        headers.subscribe(op.position, op.criteria, op.mode)
+                else:
+                    key = (op.tenant, op.dialect)
+                    self._added_topics.setdefault(key, {})[op.position] = op.pattern
+                    engine = self._topic.get(key)
+                    if engine is not None:
+                        engine.subscribe(op.position, op.pattern)
+                if op.group is not None:
+                    if self._groups is self.plan.groups:
+                        self._groups = dict(self._groups)  # the plan's is shared: copy once
+                    self._groups[op.position] = (op.tenant, op.group)  # type: ignore[index]
+            elif op.position < base:
+                self._removed.add(op.position)
+                self._unsubscribe(op)
+            else:
+                if op.dialect is None:
+                    self._added_headers[op.tenant].pop(op.position)
+                else:
+                    self._added_topics[(op.tenant, op.dialect)].pop(op.position)
+                self._unsubscribe(op)
+        self.applied = len(changes.ops)
+        self._added_arrays = None
+
+    def _unsubscribe(self, op: Remove) -> None:
+        if op.dialect is None:
+            headers = self._headers.get(op.tenant)
+            if headers is not None:
+                headers.unsubscribe(op.position)
+        else:
+            engine = self._topic.get((op.tenant, op.dialect))
+            if engine is not None:
+                engine.unsubscribe(op.position)
 
     def engine(self, tenant: str, dialect: str) -> Matcher:
         """The engine of (tenant, dialect), built on first use. Tenants without
@@ -56,23 +118,36 @@ class Router:
         if engine is None:
             plan = self.plan
             items = plan.topics.get(key)
-            if items is None:
+            added = self._added_topics.get(key)
+            if items is None and added is None:
                 key = ("", dialect)  # tenant names are never empty
                 engine = self._topic.get(key)
                 if engine is not None:
                     return engine
             engine = create_matcher(plan.engine, dialect, plan.limits)
-            engine.subscribe_many(items or ())
+            removed = self._removed
+            engine.subscribe_many(
+                (item for item in items if item[0] not in removed)
+                if items and removed
+                else items or ()
+            )
+            if added:
+                engine.subscribe_many(added.items())
             self._topic[key] = engine
         return engine
 
     def headers_engine(self, tenant: str) -> HeadersMatcher:
         """The headers engine of ``tenant``; tenants without any share one empty engine."""
-        key = tenant if tenant in self.plan.headers else ""
+        own = tenant in self.plan.headers or tenant in self._added_headers
+        key = tenant if own else ""
         engine = self._headers.get(key)
         if engine is None:
             engine = HeadersMatcher(self.plan.header_limits)
+            removed = self._removed
             for position, criteria, mode in self.plan.headers.get(key, ()):
+                if position not in removed:
+                    engine.subscribe(position, criteria, mode)
+            for position, (criteria, mode) in self._added_headers.get(key, {}).items():
                 engine.subscribe(position, criteria, mode)
             self._headers[key] = engine
         return engine
@@ -122,7 +197,7 @@ class Router:
         plain = (
             reasons.null_count == n
             and len(tenants) == len(dialects) == 1
-            and not self.plan.groups
+            and not self._groups
             and ("headers" not in batch.schema.names or batch.column("headers").null_count == n)
         )
         if plain:
@@ -188,9 +263,14 @@ class Router:
         the same in every process), so a rerun writes the same deliveries; the service's
         ``hash`` policy with the message id as key chooses the same member. Only messages
         whose matches include a member pay for it."""
-        group_of = self.plan.groups
+        group_of = self._groups
         ids = self.plan.ids
+        base, added_ids = len(ids), self._added_ids
         rings = self._rings
+
+        def id_of(position: int) -> int:
+            return ids[position] if position < base else added_ids[position - base]
+
         for i, found in enumerate(hits):
             if not found or group_of.keys().isdisjoint(found):
                 continue
@@ -202,9 +282,9 @@ class Router:
                 if ring is None:
                     if len(rings) >= RINGS_KEPT:
                         rings.clear()
-                    ring = rings[positions] = Ring.of(ids[p] for p in positions)
+                    ring = rings[positions] = Ring.of(id_of(p) for p in positions)
                 chosen = pick_hash([ring], key)[0]
-                return next(p for p in members if ids[p] == chosen)
+                return next(p for p in members if id_of(p) == chosen)
 
             hits[i] = tuple(select(found, group_of, pick)[0])
 
@@ -243,16 +323,9 @@ class Router:
         first[(np.cumsum(counts) - counts)[counts > 0]] = True
         unmatched = rows[(counts == 0) & ~rejected]
         rejects = rows[rejected]
-        by_position = pa.array(positions, pa.int64())
+        ids, subscribers = self._catalog(positions)
         sections = [
-            _section(
-                part,
-                DELIVERY,
-                np.repeat(rows, counts),
-                self._ids.take(by_position),
-                self._subscribers.take(by_position),
-                pa.array(first),
-            ),
+            _section(part, DELIVERY, np.repeat(rows, counts), ids, subscribers, pa.array(first)),
             _section(part, UNMATCHED, unmatched),
             _section(
                 part,
@@ -264,6 +337,35 @@ class Router:
         ]
         columns = [pa.concat_arrays(list(parts)) for parts in zip(*sections, strict=True)]
         return pa.RecordBatch.from_arrays(columns, names=list(ROUTED_NAMES))
+
+    def _catalog(self, positions: Rows) -> tuple[pa.Array, pa.Array]:
+        """The subscription ids and subscribers at ``positions``: the plan's arrays, and for
+        positions added since, the changes' own (never one array of both: that would copy
+        the plan's at every change). O(positions)."""
+        base = len(self.plan)
+        added = positions >= base
+        if not self._added_ids or not added.any():
+            by_position = pa.array(positions, pa.int64())
+            return self._ids.take(by_position), self._subscribers.take(by_position)
+        if self._added_arrays is None:
+            self._added_arrays = (
+                pa.array(self._added_ids, pa.int64()),
+                pa.array(self._added_subscribers, pa.string()),
+            )
+        in_plan, later = np.flatnonzero(~added), np.flatnonzero(added)
+        from_plan = pa.array(positions[in_plan], pa.int64())
+        from_changes = pa.array(positions[later] - base, pa.int64())
+        # Gathered plan first, then changes; ``order`` puts each back at its position.
+        order = np.empty(len(positions), dtype=np.int64)
+        order[np.concatenate([in_plan, later])] = np.arange(len(positions))
+        back = pa.array(order, pa.int64())
+        ids, subscribers = self._added_arrays
+        return (
+            pa.concat_arrays([self._ids.take(from_plan), ids.take(from_changes)]).take(back),
+            pa.concat_arrays(
+                [self._subscribers.take(from_plan), subscribers.take(from_changes)]
+            ).take(back),
+        )
 
 
 def _section(
@@ -320,11 +422,17 @@ def _per_row(values: list[str], n: int) -> Sequence[str]:
 _ROUTERS: dict[str, Router] = {}
 
 
-def router_for(plan: SubscriptionPlan) -> Router:
-    """This worker's router for ``plan``, built on first use. Only the newest plan is kept:
-    a worker serves one job at a time."""
+def router_for(plan: SubscriptionPlan, changes: PlanChanges | None = None) -> Router:
+    """This worker's router for ``plan`` with ``changes`` applied, built on first use. Only
+    the newest plan is kept: a worker serves one job at a time. A router kept from an
+    earlier batch applies only the operations it has not (``changes.ops`` only grows
+    within a base); one that applied more than ``changes`` holds is built again."""
     router = _ROUTERS.get(plan.plan_id)
-    if router is None:
+    target = 0 if changes is None else len(changes.ops)
+    if router is None or router.applied > target:
         _ROUTERS.clear()
         router = _ROUTERS[plan.plan_id] = Router(plan)
+    if changes is not None and router.applied < target:
+        assert changes.base_id == plan.plan_id
+        router.apply(changes)
     return router

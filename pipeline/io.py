@@ -19,13 +19,17 @@ from pipeline import delta
 from pipeline.errors import MissingColumnError
 from pipeline.schema import CORRUPT_COLUMN, JSON_MESSAGES, SUBSCRIPTIONS_SOURCE
 from pipeline.subscriptions import REQUIRED_COLUMNS, SubscriptionReject
-from store import Database, SubscriptionRepository
+from store import Database
 from store.arrow import subscriptions_snapshot
+from store.records import Change
+from store.routing_reads import RoutingReads
 
 JSON_SUFFIXES: Final = (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz")
 #: The last run's summary, in the table's directory (a leading ``_``: Delta readers and
 #: ``vacuum`` leave it alone).
 SUMMARY: Final = "_summary.json"
+#: Change-log rows read per query (``store_changes``).
+CHANGES_PAGE: Final = 10_000
 
 
 def is_json(path: str) -> bool:
@@ -75,16 +79,27 @@ def store_subscriptions(database_url: str) -> tuple[pa.Table, int]:
         db.dispose()
 
 
-def store_seq(database_url: str) -> int:
-    """The store's newest change-log sequence number: one indexed query, to tell whether a
-    snapshot read earlier is still current. The store is opened for the query only (a
-    DuckDB file stays free for its writers in between)."""
+def store_changes(database_url: str, since: int, limit: int) -> list[Change]:
+    """The store's changes after seq ``since``, oldest first, at most ``limit``: the change
+    log's own read (``RoutingReads.changes_since``, an index range), so a stream ships what
+    changed without reading the subscriptions; when nothing has, one query that returns no
+    row. The store is opened for the read only (a DuckDB file stays free for its writers in
+    between)."""
     db = Database(database_url, create=False)
+    found: list[Change] = []
     try:
         with db.read() as session:
-            return SubscriptionRepository(session).last_seq()
+            reads = RoutingReads(session)
+            while len(found) < limit:
+                wanted = min(CHANGES_PAGE, limit - len(found))
+                page = reads.changes_since(since, wanted)
+                found += page
+                if len(page) < wanted:
+                    break
+                since = page[-1].seq
     finally:
         db.dispose()
+    return found
 
 
 def _check_subscription_columns(table: pa.Table, source: str) -> None:

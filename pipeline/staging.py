@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 
 from matcher import HeaderLimits, Limits
 from pipeline import delta, io, transforms
+from pipeline.changes import PlanChanges
 from pipeline.errors import PipelineError
 from pipeline.schema import MESSAGES_SOURCE
 from pipeline.subscriptions import SubscriptionPlan, SubscriptionReject, build_plan
@@ -32,12 +33,19 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The subscriptions a run routes to: the plan, the rows left out, where they came
-    from, and the store's change-log sequence number they reflect (None for a file)."""
+    from, the store's change-log sequence number they reflect (None for a file), and the
+    changes since the plan that it includes."""
 
     plan: SubscriptionPlan
     rejects: list[SubscriptionReject]
     source: str
     seq: int | None
+    #: A stream's changes since ``plan`` (``pipeline.changes``), part of the snapshot.
+    changes: PlanChanges | None = None
+
+    def __len__(self) -> int:
+        """Subscriptions routed to: the plan's, with the changes applied."""
+        return len(self.plan) + (self.changes.net if self.changes is not None else 0)
 
 
 def plan_subscriptions(
@@ -109,17 +117,20 @@ def stage_routed(
     sub_rejects: list[SubscriptionReject],
     staged: Path,
     max_output_rows: int,
+    changes: Broadcast[PlanChanges] | None = None,
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """Route ``messages`` (``transforms.normalize_messages``) against the broadcast ``plan`` and
-    write every routed row, and ``sub_rejects``, under ``staged``. Returns the totals
-    (``transforms.routed_totals``) and the rejected messages by reason.
+    """Route ``messages`` (``transforms.normalize_messages``) against the broadcast ``plan``
+    (with a stream's ``changes`` since it applied) and write every routed row, and
+    ``sub_rejects``, under ``staged``. Returns the totals (``transforms.routed_totals``) and
+    the rejected messages by reason.
 
-    The caller owns the broadcast: a stream keeps one per snapshot, so the executors fetch
-    the subscriptions once per change of the store, not once per micro-batch."""
+    The caller owns the broadcasts: a stream keeps its plan's for as long as the plan is
+    its base, and ships the store's changes as a small second one (``pipeline.changes``)."""
     routed = transforms.route(
         _spread(messages, _parallelism(messages.sparkSession)),
         plan,
         max_output_rows,
+        changes=changes,
     )
     totals = Observation("routed")
     io.write_staged(

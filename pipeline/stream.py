@@ -34,7 +34,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,6 +48,7 @@ from pyspark.sql.types import StructType
 
 from matcher import HeaderLimits, Limits
 from pipeline import delta, io, transforms
+from pipeline.changes import REBASE_MIN, PlanChanges, Tracker
 from pipeline.codes import DEFAULT_ENGINE, MAX_OUTPUT_ROWS
 from pipeline.errors import PipelineError
 from pipeline.schema import CORRUPT_COLUMN, JSON_MESSAGES
@@ -114,76 +115,125 @@ class BatchProgress:
     version: int | None
     change_seq: int | None
     lag_s: float | None
+    #: Changes since the base plan shipped with the batch (``pipeline.changes``; None: the
+    #: subscriptions are not the store's).
+    shipped: int | None = None
 
     def line(self) -> str:
         rate = self.messages / self.seconds if self.seconds > 0 else 0.0
         committed = f"version {self.version}" if self.version is not None else "already committed"
         lag = f"{self.lag_s:.1f} s" if self.lag_s is not None else "-"
         seq = self.change_seq if self.change_seq is not None else "-"
+        shipped = f" (base + {self.shipped:,} changes)" if self.shipped is not None else ""
         return (
             f"batch {self.batch_id}: {self.messages:,} messages in {self.seconds:.1f} s "
             f"({rate:,.0f} msg/s): {self.deliveries:,} deliveries, "
             f"{self.unmatched:,} unmatched, {self.rejected:,} rejected; {committed}, "
-            f"change seq {seq}, lag {lag}"
+            f"change seq {seq}{shipped}, lag {lag}"
         )
 
 
 class Snapshots:
-    """The stream's current subscription snapshot and its broadcast, renewed only when the
-    store's change log has moved (see the module docstring for the cost)."""
+    """The stream's current subscription snapshot and its broadcasts. A file's (or a table
+    the caller read) is read once, when the stream starts. The store's is a base plan,
+    broadcast once, and the changes since it (``pipeline.changes``), shipped again only
+    when the change log has moved or a subscription has expired; past the re-base bound,
+    the base is read and broadcast again (see the module docstring for the cost)."""
 
     def __init__(
-        self, spark: SparkSession, job: StreamJob, committed: tuple[int | None, int] | None
+        self,
+        spark: SparkSession,
+        job: StreamJob,
+        committed: tuple[int | None, int] | None,
+        *,
+        rebase_min: int = REBASE_MIN,
     ) -> None:
         self._spark = spark
         self._job = job
+        self._rebase_min = rebase_min
         self.snapshot: Snapshot | None = None
+        self._tracker: Tracker | None = None
         self._broadcast: Broadcast[SubscriptionPlan] | None = None
+        self._changes: Broadcast[PlanChanges] | None = None
         #: The (change seq, subscriptions) of the snapshot whose subscription rejects the
         #: table holds already.
         self._rejects_written = committed
 
-    def current(self) -> tuple[Snapshot, Broadcast[SubscriptionPlan]]:
+    def current(
+        self,
+    ) -> tuple[Snapshot, Broadcast[SubscriptionPlan], Broadcast[PlanChanges] | None]:
+        """The snapshot a batch starting now routes against, its plan's broadcast and the
+        broadcast of its changes since the plan (None: none)."""
         job = self._job
-        fixed = job.subscriptions is not None or job.subscription_table is not None
-        store = None if fixed else job.database_url
-        if (
-            self.snapshot is not None
-            and self._broadcast is not None
-            and (store is None or io.store_seq(store) == self.snapshot.seq)
-        ):
-            return self.snapshot, self._broadcast
-        snapshot = plan_subscriptions(
-            self._spark,
-            subscriptions=job.subscriptions,
-            table=job.subscription_table,
-            table_source=job.subscriptions_from,
-            database_url=store,
+        store = job.database_url
+        if job.subscriptions is not None or job.subscription_table is not None or store is None:
+            if self.snapshot is None or self._broadcast is None:
+                self.snapshot = plan_subscriptions(
+                    self._spark,
+                    subscriptions=job.subscriptions,
+                    table=job.subscription_table,
+                    table_source=job.subscriptions_from,
+                    database_url=None,
+                    engine=job.engine,
+                    limits=job.limits,
+                    header_limits=job.header_limits,
+                )
+                self._broadcast = self._spark.sparkContext.broadcast(self.snapshot.plan)
+            return self.snapshot, self._broadcast, None
+        tracker = self._tracker
+        if tracker is not None and self.snapshot is not None and self._broadcast is not None:
+            room = tracker.room()
+            changes = io.store_changes(store, tracker.seq, room + 1)
+            if len(changes) <= room:
+                moved = tracker.advance(changes, datetime.now(UTC))
+                if not tracker.full():
+                    if moved:
+                        self._ship(tracker)
+                    return self.snapshot, self._broadcast, self._changes
+        table, seq = io.store_subscriptions(store)
+        tracker = self._tracker = Tracker(
+            table,
+            seq,
             engine=job.engine,
             limits=job.limits,
             header_limits=job.header_limits,
+            rebase_min=self._rebase_min,
         )
         if self._broadcast is not None:
             self._broadcast.unpersist()
-        self.snapshot = snapshot
-        self._broadcast = self._spark.sparkContext.broadcast(snapshot.plan)
-        log.info("subscriptions: %d at change seq %s", len(snapshot.plan), snapshot.seq)
-        return snapshot, self._broadcast
+        self._broadcast = self._spark.sparkContext.broadcast(tracker.base)
+        log.info("subscriptions: %d at change seq %s (a new base)", len(tracker.base), seq)
+        self._ship(tracker)
+        assert self.snapshot is not None
+        return self.snapshot, self._broadcast, self._changes
+
+    def _ship(self, tracker: Tracker) -> None:
+        """The tracker's state as the snapshot, its changes as a new (small) broadcast."""
+        changes = tracker.changes
+        self.snapshot = Snapshot(tracker.base, tracker.rejects(), "store", tracker.seq, changes)
+        if self._changes is not None:
+            self._changes.unpersist()
+        self._changes = self._spark.sparkContext.broadcast(changes) if changes.ops else None
+        if changes.ops:
+            log.info(
+                "subscriptions: %d at change seq %s (%d changes since the base)",
+                len(self.snapshot),
+                tracker.seq,
+                len(changes.ops),
+            )
 
     def rejects_to_write(self, snapshot: Snapshot) -> bool:
         """Whether a batch should write ``snapshot``'s rejected subscriptions: once per
         snapshot (a batch that fails to commit leaves them for the next)."""
-        return bool(snapshot.rejects) and self._rejects_written != (
-            snapshot.seq,
-            len(snapshot.plan),
-        )
+        return bool(snapshot.rejects) and self._rejects_written != (snapshot.seq, len(snapshot))
 
     def rejects_written(self, snapshot: Snapshot) -> None:
-        self._rejects_written = (snapshot.seq, len(snapshot.plan))
+        self._rejects_written = (snapshot.seq, len(snapshot))
 
     def close(self) -> None:
-        if self._broadcast is not None:
-            self._broadcast.unpersist()
+        for broadcast in (self._broadcast, self._changes):
+            if broadcast is not None:
+                broadcast.unpersist()
 
 
 def app_id(checkpoint: Path) -> str:
@@ -267,7 +317,7 @@ class BatchWriter:
             return
         landed = Observation("landed")
         frame = frame.observe(landed, sf.max(LANDED).alias("newest")).drop(LANDED)
-        snapshot, plan = snapshots.current()
+        snapshot, plan, changes = snapshots.current()
         staged = delta.stage(job.out, f"batch-{batch_id}")
         write_rejects = snapshots.rejects_to_write(snapshot)
         try:
@@ -277,6 +327,7 @@ class BatchWriter:
                 snapshot.rejects if write_rejects else [],
                 staged,
                 job.max_output_rows,
+                changes,
             )
             version, _ = delta.commit(
                 job.out,
@@ -287,7 +338,7 @@ class BatchWriter:
                     "app": app,
                     "batch": batch_id,
                     "change_seq": snapshot.seq,
-                    "subscriptions": len(snapshot.plan),
+                    "subscriptions": len(snapshot),
                     **counted,
                 },
             )
@@ -310,6 +361,7 @@ class BatchWriter:
                 version=version,
                 change_seq=snapshot.seq,
                 lag_s=None if newest is None else max(0.0, time.time() - newest.timestamp()),
+                shipped=None if snapshot.changes is None else len(snapshot.changes.ops),
             )
         )
 

@@ -30,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline import delta
+from pipeline.changes import PlanChanges
 from pipeline.codes import (
     DEFAULT_DIALECT,
     DELIVERY,
@@ -233,16 +234,19 @@ def route(
     messages: DataFrame,
     plan: Broadcast[SubscriptionPlan],
     max_output_rows: int = MAX_OUTPUT_ROWS,
+    *,
+    changes: Broadcast[PlanChanges] | None = None,
 ) -> DataFrame:
     """Every normalized message routed on the executors: one ``ROUTED`` row per delivery,
     per unmatched message and per rejected message.
 
     Each Python worker builds its engines from the broadcast ``plan`` once (``router_for``)
-    and routes Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch`` messages.
+    and routes Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch`` messages;
+    a stream's ``changes`` since the plan are applied on top (``pipeline.changes``).
     """
 
     def route_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        router = router_for(plan.value)
+        router = router_for(plan.value, None if changes is None else changes.value)
         for batch in batches:
             yield from router.route_batch(batch, max_output_rows)
 

@@ -12,6 +12,7 @@ from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
 
 from pipeline import delta, transforms
+from pipeline.codes import MAX_OUTPUT_ROWS
 from pipeline.errors import InputSchemaError
 from pipeline.subscriptions import build_plan
 from tests.pipeline.conftest import Generated, generate, naive_deliveries
@@ -23,11 +24,18 @@ MESSAGES = (
 )
 
 
-def _route(spark: SparkSession, data: Generated, messages: DataFrame, **kwargs: int) -> DataFrame:
+def _route(
+    spark: SparkSession,
+    data: Generated,
+    messages: DataFrame,
+    max_output_rows: int = MAX_OUTPUT_ROWS,
+) -> DataFrame:
     plan, rejects = build_plan(data.subscriptions_table())
     assert rejects == []
     return transforms.route(
-        transforms.normalize_messages(messages), spark.sparkContext.broadcast(plan), **kwargs
+        transforms.normalize_messages(messages),
+        spark.sparkContext.broadcast(plan),
+        max_output_rows,
     )
 
 
