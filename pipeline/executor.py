@@ -3,6 +3,8 @@ messages routed through them. Plain Python and Arrow, no Spark, so it is tested 
 
 Each Python worker builds its engines once per plan (``router_for``; Spark reuses workers
 across tasks), lazily per (tenant, dialect), so a worker only builds what its messages need.
+A stream's changes since the plan (``pipeline.changes``) are applied to the kept router: only
+the operations it has not applied yet, each O(1) on the engines.
 The per-message loop does nothing but match; the output columns are gathered vectorized
 (Arrow ``take`` over message rows and subscription positions).
 """
@@ -36,7 +38,8 @@ RINGS_KEPT: Final = 256
 
 
 class Router:
-    """Routes message batches for one plan. Not thread-safe: one per Python worker."""
+    """Routes message batches for one plan and the changes applied since. Not thread-safe:
+    one per Python worker."""
 
     def __init__(self, plan: SubscriptionPlan) -> None:
         self.plan = plan

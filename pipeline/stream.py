@@ -17,13 +17,18 @@ batch whose id the table already holds for this app (killed after our commit, be
 recorded the batch) is skipped, not committed twice; one killed before the commit left only
 invisible staged files, and its retry stages afresh.
 
-Subscriptions: each micro-batch routes against one snapshot of the store, read with the
+Subscriptions: each micro-batch routes against one snapshot of the store, identified by the
 change-log sequence number it reflects, which its commit records (``change_seq``). A change
-committed to the store applies to every micro-batch that starts after it. Cost of a change:
-before each batch one indexed query reads the store's newest sequence number; only when it
-moved is the whole set re-read (O(subscriptions) on the driver) and broadcast again (the
-executors fetch it once per change, not once per batch). With ``--subscriptions FILE`` the
-file is read once, when the stream starts.
+committed to the store applies to every micro-batch that starts after it. The snapshot is a
+base plan, read in full and broadcast once, plus the changes since it
+(``pipeline.changes``). Cost of a change: on the driver O(changes), before each batch one
+indexed query of the change log after the last seq applied (no row when nothing changed);
+on each executor O(changes since the base) once per new change set, to deserialize it, and
+O(1) engine work per change not applied yet. Past ``changes.rebase_bound`` operations since
+the base (a tenth of it, at least 1,000) the stream re-bases: one full read and broadcast,
+O(subscriptions), at most once per that many changes. A subscription whose ``expires_at``
+passes leaves at the next batch, as a full read would leave it out. With
+``--subscriptions FILE`` the file is read once, when the stream starts.
 """
 
 from __future__ import annotations

@@ -157,10 +157,7 @@ def test_incremental_snapshots_route_as_a_full_read_at_the_same_seq(
         ),
         (lambda: store.remove(base[0], grouped[0], refused[0]), 2),
         (expire_soon, 4),  # each: its position removed, the id added again
-        (
-            lambda: time.sleep(max(0.0, (soon[0] - datetime.now(UTC)).total_seconds() + 0.2)),
-            2,
-        ),  # expired
+        (lambda: time.sleep(max(0.0, (soon[0] - datetime.now(UTC)).total_seconds() + 0.2)), 2),
         (lambda: store.add(_headers("h2", "t2", (("y", None),))), 0),  # past the bound: re-base
         (lambda: store.expire(None, base[1]), 1),  # expired, not swept: live again
         (lambda: store.remove(*grouped[1:], added[2], header), 4),  # group g is gone...
@@ -214,10 +211,10 @@ def test_incremental_snapshots_route_as_a_full_read_at_the_same_seq(
     for frame in frames[1:]:
         routed = routed.unionByName(frame)
     want: list[Counter[Row]] = [Counter() for _ in full]
-    for row, step in _rows(routed):
-        want[step][row] += 1
-    for step, got in enumerate(incremental):
-        assert got == want[step], f"step {step}"
+    for row, k in _rows(routed):
+        want[k][row] += 1
+    for k, got in enumerate(incremental):
+        assert got == want[k], f"step {k}"
         assert sum(n for row, n in got.items() if row[0] == DELIVERY) > 0
     snapshots.close()
 
@@ -260,8 +257,9 @@ def _route(router: executor.Router, batch: pa.RecordBatch) -> Counter[Row]:
 
 def test_a_router_applying_changes_in_steps_routes_as_one_built_from_the_full_plan() -> None:
     """On the executor alone: the same router, kept between steps, applies each step's new
-    operations only (its engines built before and after the changes alike); one that has
-    applied more than a change set holds is built again."""
+    operations only (to engines built before the changes, and a tenant's new one), and a new
+    router applies them all at once; one that has applied more than a change set holds is
+    built again."""
     patterns = ["a.*", "#", "a.b", "*.b", "b.#", "a.b.c", "c", "#.c"]
     rows = {i: _subscription(i, ("t1", "t2")[i % 2], p) for i, p in enumerate(patterns, 1)}
     rows[9] = _subscription(9, "t1", "a.#", group="g", group_policy="hash")
@@ -270,7 +268,7 @@ def test_a_router_applying_changes_in_steps_routes_as_one_built_from_the_full_pl
     rng = random.Random(5)
     batch = pa.RecordBatch.from_pylist(
         [
-            {"message_id": f"m{k}", "topic": dense_topic(rng), "tenant": rng.choice(("t1", "t2"))}
+            {"message_id": f"m{k}", "topic": dense_topic(rng), "tenant": f"t{rng.randint(1, 3)}"}
             for k in range(200)
         ]
     )
@@ -281,12 +279,13 @@ def test_a_router_applying_changes_in_steps_routes_as_one_built_from_the_full_pl
     _route(kept, batch)  # builds its engines before any change
     seq = 0
     # Each step's changes: an id removed, or a row added (a held id: its expiry changed).
-    for step in [
-        [2, _subscription(11, "t2", "#", group="g")],
+    steps: list[list[int | dict[str, object]]] = [
+        [2, _subscription(11, "t2", "#", group="g"), _subscription(14, "t3", "*.*")],
         [_subscription(12, "t1", "a.*", group="g", group_policy="hash")],
         [9, 11, _subscription(13, "t2", "c")],
         [{**rows[1], "expires_at": datetime(2999, 1, 1, tzinfo=UTC)}],
-    ]:
+    ]
+    for step in steps:
         changes = []
         for item in step:
             seq += 1
@@ -300,7 +299,11 @@ def test_a_router_applying_changes_in_steps_routes_as_one_built_from_the_full_pl
         assert kept.applied == len(tracker.changes.ops)
         whole = _tracker(rows, seq).base
         assert len(tracker) == len(whole)
-        assert _route(kept, batch) == _route(executor.Router(whole), batch)
+        want = _route(executor.Router(whole), batch)
+        assert _route(kept, batch) == want
+        fresh = executor.Router(tracker.base)  # a new worker: the base and every change
+        fresh.apply(tracker.changes)
+        assert _route(fresh, batch) == want
     router = executor.router_for(tracker.base, tracker.changes)
     assert executor.router_for(tracker.base, tracker.changes) is router
     shorter = PlanChanges(tracker.base.plan_id, 0, tracker.changes.ops[:2], 0)
