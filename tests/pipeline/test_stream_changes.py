@@ -2,12 +2,15 @@
 of the store at the same change seq: the same messages through both, on the shared local
 Spark session and a real store (PostgreSQL and DuckDB), through adds, removes, expiry set,
 passed and cleared, groups re-created with another policy, headers subscriptions, rows the
-plan refuses, and a re-base. Also the executor's side alone: a router that applies changes
-in steps routes as one built from the full plan."""
+plan refuses, and a re-base; a running stream ships a change made between two batches to
+the next one. Also the executor's side alone: a router that applies changes in steps routes
+as one built from the full plan."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import random
 import time
 from collections import Counter
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 
@@ -26,7 +30,7 @@ from pipeline import executor, transforms
 from pipeline.changes import PlanChanges, Tracker
 from pipeline.codes import DELIVERY
 from pipeline.staging import Snapshot, plan_subscriptions
-from pipeline.stream import Snapshots, StreamJob
+from pipeline.stream import BatchProgress, Snapshots, StreamJob, run
 from pipeline.subscriptions import SubscriptionPlan
 from store import Database, NewSubscription, SubscriptionRepository, validate
 from store.arrow import SCHEMA
@@ -313,3 +317,56 @@ def test_a_router_applying_changes_in_steps_routes_as_one_built_from_the_full_pl
 def _tracker(rows: dict[int, dict[str, object]], seq: int) -> Tracker:
     table = pa.Table.from_pylist(list(rows.values()), schema=SCHEMA)
     return Tracker(table, seq, engine="native", limits=LIMITS, header_limits=HeaderLimits())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database", ["duckdb"], indirect=True)
+def test_a_stream_ships_a_change_made_between_its_batches_to_the_next_batch(
+    spark: SparkSession, database: Database, tmp_path: Path
+) -> None:
+    """One running stream, a batch per file: a change committed after a batch (by the
+    progress callback, between two batches) reaches the next batch, shipped as changes on
+    the same base, and no earlier one."""
+    store = Store(database)
+    store.topics(10, "t1")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    files = {
+        name: [(f"{name}{m[0]}", *m[1:]) for m in _messages(40, seed=k)]
+        for k, name in enumerate("abc")
+    }
+    for k, (name, messages) in enumerate(files.items()):
+        lines = (
+            json.dumps(dict(zip(("message_id", "topic", "ts", "tenant"), m, strict=False)))
+            for m in messages
+        )
+        path = landing / f"{name}.jsonl"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.utime(path, (1_700_000_000 + k, 1_700_000_000 + k))  # the order batches take them
+    job = StreamJob(
+        landing=str(landing),
+        out=tmp_path / "out",
+        database_url=database.url,
+        available_now=True,
+        max_files_per_trigger=1,
+    )
+    late: list[int] = []
+
+    def between(batch: BatchProgress) -> None:
+        seen.append(batch)
+        if batch.batch_id == 0:
+            late.extend(store.add(NewSubscription("late", "#", tenant="t1")))
+        elif batch.batch_id == 1:
+            store.remove(*late)
+            store.add(NewSubscription("later", "#", tenant="t1"))
+
+    seen: list[BatchProgress] = []
+    run(spark, job, between)
+    assert [(b.batch_id, b.shipped) for b in seen] == [(0, 0), (1, 1), (2, 3)]
+    rows = DeltaTable(str(job.out)).to_pyarrow_table(
+        columns=["message_id", "subscriber"], filters=[("kind", "=", "deliveries")]
+    )
+    got = Counter(zip(*(rows.column(i).to_pylist() for i in range(2)), strict=True))
+    for name, subscriber in (("b", "late"), ("c", "later")):
+        t1 = [m[0] for m in files[name] if m[3] == "t1"]
+        assert sorted(m for (m, s), n in got.items() for _ in range(n) if s == subscriber) == t1
