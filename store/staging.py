@@ -35,8 +35,9 @@ QUOTE: Final = postgresql.dialect().identifier_preparer.quote  # type: ignore[no
 _ROW: Final = attrgetter(*NEW_COLUMNS)
 
 
-#: What makes a subscription unique (the unique constraint).
-_KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
+#: What makes a subscription unique (the unique constraint), in its index's order on
+#: PostgreSQL (``0008_write_indexes``).
+_KEY_COLUMNS: Final = ("subscriber", "pattern", "tenant", "dialect")
 #: A staged batch as Arrow: ``ord`` (the item's position in its batch) and the new
 #: columns, all text (JSON ones as their JSON text).
 STAGED: Final = pa.schema([("ord", pa.int64()), *((name, pa.string()) for name in NEW_COLUMNS)])
