@@ -21,7 +21,6 @@ waits for the whole build (``Loader.start``)."""
 
 from __future__ import annotations
 
-import importlib.abc
 import logging
 import os
 import resource
@@ -66,27 +65,6 @@ def connection_cap(wanted: int, fd_limit: int) -> int:
     return max(1, min(wanted, fd_limit - FD_RESERVE))
 
 
-class _NoPandas(importlib.abc.MetaPathFinder):
-    """Refuses ``pandas`` (see ``keep_pandas_out``)."""
-
-    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
-        if fullname == "pandas" or fullname.startswith("pandas."):
-            raise ImportError(f"{fullname} is kept out of the serving process")
-
-
-def keep_pandas_out() -> None:
-    """Make ``import pandas`` fail in this process. The service never uses pandas, but
-    DuckDB's Python client imports it the first time a statement binds a parameter, only
-    to ask whether the value is a pandas object: 50 MB of a 1M-subscription server's
-    resident set on the embedded default. Without pandas DuckDB binds every Python value
-    the store passes the same way (numpy scalars it refuses either way), and pyarrow takes
-    the ImportError as "no pandas". A finder that raises, not a ``None`` in ``sys.modules``:
-    Cython's import (pyarrow's) returns that None instead of raising. Only in a serving
-    process: tests and the Spark job share their interpreter with code that uses pandas."""
-    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
-        sys.meta_path.insert(0, _NoPandas())
-
-
 #: How long a thread may hold the GIL while another waits for it (CPython's default is
 #: 5 ms). Large matches, explains and searches run Python in a worker thread
 #: (``app.work``); every request the event loop serves meanwhile waits for the GIL first,
@@ -99,7 +77,7 @@ def _prepare_process() -> None:
     """What a serving process sets before it opens the store: no pandas, large freed
     blocks handed back to the system (``app.heap``), and short GIL slices
     (``SWITCH_INTERVAL_S``)."""
-    keep_pandas_out()
+    heap.keep_pandas_out()
     heap.fix_mmap_threshold()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 

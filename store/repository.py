@@ -21,7 +21,15 @@ from store import pending, pg_write
 from store.models import ChangeLog, Subscription
 from store.records import NewSubscription, StoredSubscription, criteria_tuple
 from store.routing_reads import CHANGE_COLUMNS, RoutingReads
-from store.staging import NEW_COLUMNS, QUOTE, SAME_KEY, insert_new, stage, staged_rows
+from store.staging import (
+    NEW_COLUMNS,
+    QUOTE,
+    SAME_KEY,
+    insert_new,
+    stage,
+    staged_rows,
+    unstage,
+)
 from store.stats import MATCHES, STATS, forget, with_stats
 
 _SUBSCRIPTION: Final = Subscription.__table__
@@ -141,18 +149,31 @@ class SubscriptionRepository(RoutingReads):
         ``store.staging.STAGED``) in one statement; what was created, and (``ids``) each
         row's (id, created), in ``ord`` order.
 
-        Rows go to a staging table first (COPY on PostgreSQL, Arrow on DuckDB), then one
-        ``INSERT ... SELECT`` of the first of each key that is not stored yet: duplicates,
-        in the batch or already stored, resolve to the existing id without drawing one from
-        the sequence (a conflicting insert would, and skip it). Without ``ids`` no row is
-        joined back to its stored one (an import needs only the counts).
+        Rows are staged first (``store.staging.stage``: COPY on PostgreSQL, the Arrow table
+        itself on DuckDB), then one ``INSERT ... SELECT`` of the first of each key that is
+        not stored yet: duplicates, in the batch or already stored, resolve to the existing
+        id without drawing one from the sequence (a conflicting insert would, and skip it).
+        Without ``ids`` no row is joined back to its stored one (an import needs only the
+        counts).
         """
         if not rows.num_rows:
             return AddedMany({}, [] if ids else None)
         session = self.session
         before = session.execute(sa.select(sa.func.coalesce(sa.func.max(Subscription.id), 0)))
         max_before = int(before.scalar_one())
-        stage(self.session, rows, postgres=self._postgres)
+        stage(session, rows, postgres=self._postgres)
+        try:
+            added = self._insert_staged(rows, max_before, ids=ids)
+        finally:
+            if not self._postgres:  # PostgreSQL's table goes with a failed transaction
+                unstage(session, postgres=False)
+        if self._postgres:
+            unstage(session, postgres=True)
+        return added
+
+    def _insert_staged(self, rows: pa.Table, max_before: int, *, ids: bool) -> AddedMany:
+        """``add_rows`` once ``rows`` are staged."""
+        session = self.session
         insert = insert_new(rows, postgres=self._postgres)
         pending.flush_changes(session)  # the changes before these come first
         created: dict[str, list[int]] = {}
@@ -178,7 +199,6 @@ class SubscriptionRepository(RoutingReads):
         inserted = sum(map(len, created.values()))
         self._count({tenant: len(made) for tenant, made in created.items()})
         per_item = self._item_ids(rows.num_rows, max_before, inserted) if ids else None
-        session.execute(sa.text("DROP TABLE staging"))
         return AddedMany(created, per_item)
 
     def _item_ids(self, count: int, max_before: int, inserted: int) -> list[tuple[int, bool]]:

@@ -1,8 +1,8 @@
-"""A batch of new subscriptions into a temporary ``staging`` table, the first step of a
-bulk add (``SubscriptionRepository.add_rows``): the batch as an Arrow table (built from
-columns for plain rows, from records otherwise), then COPY on PostgreSQL, one Arrow insert
-on DuckDB (whose ``executemany`` goes row by row); then the statement that inserts the
-staged rows not stored yet."""
+"""A batch of new subscriptions staged as ``staging``, the first step of a bulk add
+(``SubscriptionRepository.add_rows``): the batch as an Arrow table (built from columns for
+plain rows, from records otherwise), then a temporary table filled by COPY on PostgreSQL,
+the Arrow table itself on DuckDB (whose ``executemany`` goes row by row); then the
+statement that inserts the staged rows not stored yet."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ QUOTE: Final = postgresql.dialect().identifier_preparer.quote  # type: ignore[no
 _ROW: Final = attrgetter(*NEW_COLUMNS)
 
 
-#: What makes a subscription unique (the unique constraint).
-_KEY_COLUMNS: Final = ("tenant", "subscriber", "dialect", "pattern")
+#: What makes a subscription unique (the unique constraint), in its index's order on
+#: PostgreSQL (``0008_write_indexes``).
+_KEY_COLUMNS: Final = ("subscriber", "pattern", "tenant", "dialect")
 #: A staged batch as Arrow: ``ord`` (the item's position in its batch) and the new
 #: columns, all text (JSON ones as their JSON text).
 STAGED: Final = pa.schema([("ord", pa.int64()), *((name, pa.string()) for name in NEW_COLUMNS)])
@@ -97,32 +98,41 @@ def plain_rows(
 
 
 def stage(session: Session, rows: pa.Table, *, postgres: bool) -> None:
-    """``rows`` (a staged batch) into a temporary ``staging`` table with the subscription
-    columns' own types (plus ``ord``): one CSV ``COPY`` written by Arrow on PostgreSQL,
-    one Arrow insert on DuckDB (whose ``executemany`` goes row by row). No Python object
-    per row on either."""
+    """``rows`` (a staged batch) as ``staging``, until ``unstage``. PostgreSQL: a temporary
+    table with the subscription columns' own types (plus ``ord``), filled by one CSV
+    ``COPY`` written by Arrow. DuckDB: the Arrow table itself, registered under that name
+    and scanned in place (a temporary table cost a create, a copy of every row and a drop
+    per batch; the insert casts the JSON and time columns' text as it stores them). No
+    Python object per row on either."""
+    raw = session.connection().connection.driver_connection
+    assert raw is not None
+    if not postgres:
+        raw.register("staging", rows)
+        return
     dialect = session.get_bind().dialect
     columns = ", ".join(
         f"{QUOTE(name)} {_SUBSCRIPTION.c[name].type.compile(dialect=dialect)}"
         for name in NEW_COLUMNS
     )
     session.execute(sa.text(f"CREATE TEMPORARY TABLE staging (ord BIGINT, {columns})"))
+    # In key order: the probes of the unique index (``insert_new``) then walk it in order,
+    # about half as costly as in the batch's order.
+    rows = rows.sort_by([(name, "ascending") for name in _KEY_COLUMNS])
+    sink = pa.BufferOutputStream()
+    pa_csv.write_csv(rows, sink, _CSV)
+    with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN (FORMAT csv)") as copy:
+        copy.write(sink.getvalue().to_pybytes())
+
+
+def unstage(session: Session, *, postgres: bool) -> None:
+    """Drop what ``stage`` made (also after a failed statement: a registered Arrow table
+    outlives the transaction on DuckDB's connection)."""
+    if postgres:
+        session.execute(sa.text("DROP TABLE staging"))
+        return
     raw = session.connection().connection.driver_connection
     assert raw is not None
-    if postgres:
-        # In key order: the probes of the unique index (``insert_new``) then walk it in
-        # order, about half as costly as in the batch's order.
-        rows = rows.sort_by([(name, "ascending") for name in _KEY_COLUMNS])
-        sink = pa.BufferOutputStream()
-        pa_csv.write_csv(rows, sink, _CSV)
-        with raw.cursor() as cursor, cursor.copy("COPY staging FROM STDIN (FORMAT csv)") as copy:
-            copy.write(sink.getvalue().to_pybytes())
-    else:
-        raw.register("staging_rows", rows)
-        try:
-            raw.execute("INSERT INTO staging SELECT * FROM staging_rows")
-        finally:
-            raw.unregister("staging_rows")
+    raw.unregister("staging")
 
 
 #: What makes a subscription unique (the unique constraint), in SQL over ``st`` (staging)

@@ -284,8 +284,11 @@ def sub_import(
     time: a file of any size takes the memory of one batch."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from app import heap
     from app.cli.protocol import Added
     from app.imports import Batch, read_batches
+
+    heap.keep_pandas_out()  # the process streams: its resident set is its batches'
 
     report: list[dict[str, object]] = []
     created = exists = 0

@@ -99,7 +99,7 @@ def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_the_server_never_loads_pandas(wire: Server) -> None:
-    """``app.serving.keep_pandas_out``: a write binds parameters through DuckDB's client,
+    """``app.heap.keep_pandas_out``: a write binds parameters through DuckDB's client,
     which imports pandas (50 MB resident) unless the import is stopped; the write must still
     succeed and the match find it."""
     with wire.client(ADMIN_HEADERS) as http_client:

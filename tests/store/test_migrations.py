@@ -194,3 +194,44 @@ def test_0004_tenant_usage_counts_the_rows_already_stored(empty_database: Databa
         assert sorted(tuple(r) for r in rows) == [("a", 3), ("b", 1)]
     downgrade(db.url, "0003_groups")
     assert "tenant_usage" not in _tables(db)
+
+
+def _subscription_indexes(db: Database) -> dict[str, str]:
+    """The subscription table's indexes (no constraint's): name -> definition."""
+    if db.is_postgres:
+        query = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'subscription'"
+    else:
+        query = "SELECT index_name, sql FROM duckdb_indexes() WHERE table_name = 'subscription'"
+    with db.engine.connect() as conn:
+        found = {str(name): str(sql) for name, sql in conn.exec_driver_sql(query)}
+    return {name: sql for name, sql in found.items() if name.startswith(("ix_", "uq_"))}
+
+
+def test_0008_indexes_hold_only_what_reads_use(empty_database: Database) -> None:
+    """Every write pays for each index: at 0008 PostgreSQL's unique key leads with the
+    subscriber and its group and expiry indexes hold only rows that have a group or an
+    expiry, and DuckDB (whose planner scans through no index on two columns) has neither
+    composite index; the downgrade restores 0007's."""
+    db = empty_database
+    upgrade(db.url)
+    indexes = _subscription_indexes(db)
+    if db.is_postgres:
+        key = "uq_subscription_subscriber_pattern_tenant_dialect"
+        assert set(indexes) == {
+            key,
+            "ix_subscription_tenant_id",
+            "ix_subscription_tenant_group",
+            "ix_subscription_expires_at",
+        }
+        assert "(subscriber, pattern, tenant, dialect)" in indexes[key]
+        assert 'WHERE ("group" IS NOT NULL)' in indexes["ix_subscription_tenant_group"]
+        assert "WHERE (expires_at IS NOT NULL)" in indexes["ix_subscription_expires_at"]
+        assert "WHERE" not in indexes["ix_subscription_tenant_id"]
+    else:
+        assert set(indexes) == {"ix_subscription_expires_at", "ix_subscription_pattern"}
+    downgrade(db.url, "0007_duckdb_pattern_index")
+    before = _subscription_indexes(db)
+    assert {"ix_subscription_tenant_id", "ix_subscription_tenant_group"} <= set(before)
+    if db.is_postgres:
+        assert "uq_subscription_tenant_subscriber_dialect_pattern" in before
+    assert not any("WHERE" in sql for sql in before.values())
