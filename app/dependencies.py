@@ -36,7 +36,7 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
     return None if credentials is None else credentials.credentials
 
 
-def _origin(request: Request) -> Origin:
+def _origin(request: HTTPConnection) -> Origin:
     """The request id ``app.middleware.RequestId`` set, and the client's address."""
     request_id = getattr(request.state, "request_id", None) or "-"
     address = request.client.host if request.client is not None else "unknown"
@@ -74,6 +74,11 @@ async def request_match_caller(request: HTTPConnection, services: Services) -> C
 async def request_batch_caller(request: HTTPConnection, services: Services) -> Caller:
     """``batch_caller`` for a request ``app.fastpath`` answers (see above)."""
     return await batch_caller(services, await _bearer_scheme(request))
+
+
+async def request_admin_caller(request: Request, services: Services) -> Caller:
+    """``admin_caller`` for a single write ``app.fastpath`` answers (see above)."""
+    return await admin_caller(request, services, await _bearer_scheme(request))
 
 
 async def optional_caller(services: ServicesDep, credentials: Credentials) -> Caller | None:

@@ -1,5 +1,5 @@
 """The FastAPI application: wiring only (routers, error envelope, documentation pages, the
-web console, edge checks, metrics and their history, the ``POST /v1/match`` fast path, and
+web console, edge checks, metrics and their history, the fast path of the hot routes, and
 the services' lifecycle)."""
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ def create_app(
     *,
     wait_until_ready: bool = False,
     services: Services | None = None,
-    match_fast_path: bool = True,
+    fast_path: bool = True,
 ) -> FastAPI:
     """The service for ``settings``. The routing table builds in the background after
     startup (``/readyz`` says when it is done) unless ``wait_until_ready``. ``services``:
     already opened for ``settings``, perhaps already building (``topicstore serve``
     starts the build before importing this module); the app closes them when it stops.
-    ``match_fast_path=False`` leaves ``POST /v1/match`` to its FastAPI route alone: the
-    reference the tests hold the fast path to (``app.fastpath``)."""
+    ``fast_path=False`` leaves the matches and the single writes to their FastAPI routes
+    alone: the reference the tests hold the fast path to (``app.fastpath``)."""
     settings = secure(settings)
     if services is None:
         services = Services.open(settings)
@@ -85,7 +85,7 @@ def create_app(
     app.include_router(analytics.router)
     app.include_router(audit.router)
     contract.install(app, settings)
-    if match_fast_path:
+    if fast_path:
         fastpath.install(app, services)
     services.registry.register(ops.ServiceCollector(services))
     services.registry.register(RateLimitCollector(services.limiter))

@@ -16,8 +16,10 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
+from app.auth import Caller
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
+from app.services import Services
 from app.table_reads import redundant_patterns, subscription_page
 from matcher.budget import Budget
 from matcher.groups import MAX_GROUP_BYTES
@@ -99,10 +101,17 @@ def create_subscription(
     the existing one with 200 instead of 201. With a ``group`` (or an MQTT
     ``$share/{group}/{filter}``) it is a shared subscription: a match delivers to one
     member per group, chosen by the group's ``group_policy``."""
-    row, created = services.admin.create(item, caller)
-    if not created:
-        response.status_code = 200
+    row, response.status_code = create_answer(services, caller, item)
     return row
+
+
+def create_answer(
+    services: Services, caller: Caller, item: SubscriptionIn
+) -> tuple[SubscriptionOut, int]:
+    """The row and the status of ``POST /v1/subscriptions``: 201 created, 200 already
+    there (the route's endpoint and ``app.fastpath`` both answer with it)."""
+    row, created = services.admin.create(item, caller)
+    return row, 201 if created else 200
 
 
 @router.post(
@@ -271,6 +280,12 @@ def count_subscriptions(
 
 @router.delete("/subscriptions/{sub_id:id}", status_code=204, responses=documented(404))
 def delete_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> Response:
+    return delete_answer(services, caller, sub_id)
+
+
+def delete_answer(services: Services, caller: Caller, sub_id: int) -> Response:
+    """``DELETE /v1/subscriptions/{id}``'s answer (the route's endpoint and
+    ``app.fastpath`` both answer with it)."""
     services.admin.remove(sub_id, caller)
     return Response(status_code=204)
 

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.fastpath import MatchFastPath
+from app.fastpath import FastPath
 from app.main import create_app
 from tests.app.conftest import ADMIN, TOKEN_A, TOKEN_B, make_settings
 
@@ -93,15 +93,13 @@ def make_pair(tmp_path: Path) -> Iterator[Any]:
         spies: list[list[bool]] = []
         for fast in (True, False):
             url = f"duckdb:///{tmp_path / f'pair{len(opened)}.duckdb'}"
-            app = create_app(
-                make_settings(url, **overrides), wait_until_ready=True, match_fast_path=fast
-            )
+            app = create_app(make_settings(url, **overrides), wait_until_ready=True, fast_path=fast)
             routed: list[bool] = []
             app.add_middleware(Spy, routed=routed)
             client = TestClient(app)
             client.__enter__()
             opened.append(client)
-            assert isinstance(app.router.middleware_stack, MatchFastPath) is fast
+            assert isinstance(app.router.middleware_stack, FastPath) is fast
             clients.append(client)
             spies.append(routed)
             for subscriber, pattern, extra in SUBSCRIPTIONS:
