@@ -261,9 +261,9 @@ class Loader:
                     while not self._stop.is_set():
                         if self.ready.is_set():
                             # This process's own writes are applied as they commit (or
-                            # are about to be: ``committed_seq``): their doorbells need no
+                            # are about to be: ``committing_seq``): their doorbells need no
                             # read of the log.
-                            if rang is None or rang > max(self.table.seq, self.db.committed_seq):
+                            if rang is None or rang > max(self.table.seq, self.db.committing_seq):
                                 self.catch_up()
                             self.listener_beat = time.monotonic()
                         rang = None

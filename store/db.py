@@ -36,6 +36,9 @@ CHANGES_CHANNEL: Final = "topicstore_changes"
 #: Where a committed transaction's session keeps its changes, in seq order, when they are
 #: all it logged (``store.pending``): the after-commit hooks get them.
 COMMITTED: Final = "topicstore.committed"
+#: Where a write transaction's session keeps a callable that ``store.pending`` calls with
+#: the newest seq of the changes it is about to commit (``Database.committing_seq``).
+COMMITTING: Final = "topicstore.committing"
 #: What an after-commit hook is given: the transaction's changes when known, else None
 #: (read them from the log).
 CommitHook = Callable[[Sequence[Change] | None], object]
@@ -186,6 +189,11 @@ class Database:
         #: The newest change seq committed here with its changes at hand: this process's
         #: hooks apply it, so a doorbell up to it needs no read of the log (the loader).
         self.committed_seq = 0
+        #: The newest change seq this process is committing or has committed with its
+        #: changes at hand: set before the ``COMMIT`` is sent, since PostgreSQL delivers the
+        #: doorbell at the commit, often before this thread has run again. Back to
+        #: ``committed_seq`` when the commit fails.
+        self.committing_seq = 0
         #: The admin writes' way in: concurrent writes share a transaction (see there).
         self.writes = GroupCommit(self.transaction)
 
@@ -260,17 +268,25 @@ class Database:
         so applying them to the routing table overlaps the next group's statements
         instead of lengthening the serialized part."""
         with self._local_writer:
-            with self.sessions.begin() as session:
-                if self.is_postgres:
-                    session.execute(_WRITER_LOCK)
-                committed = Committed(self, session)
-                yield committed
+            try:
+                with self.sessions.begin() as session:
+                    if self.is_postgres:
+                        session.connection().execute(_WRITER_LOCK)
+                    session.info[COMMITTING] = self._committing
+                    committed = Committed(self, session)
+                    yield committed
+            except BaseException:
+                self.committing_seq = self.committed_seq
+                raise
             # Under the writer lock: tickets are in commit order.
             committed.ticket = self._tickets
             self._tickets += 1
             committed.changes = session.info.pop(COMMITTED, None)
             if committed.changes:
                 self.committed_seq = max(self.committed_seq, committed.changes[-1].seq)
+
+    def _committing(self, seq: int) -> None:
+        self.committing_seq = max(self.committing_seq, seq)
 
     def _apply(self, ticket: int, changes: Sequence[Change] | None) -> None:
         """Run the after-commit hooks of transaction ``ticket`` once those of every

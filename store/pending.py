@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from store import pg_write
-from store.db import COMMITTED
+from store.db import COMMITTED, COMMITTING
 from store.models import AuditLog, ChangeLog, TenantUsage
 from store.records import Change, criteria_tuple
 
@@ -39,6 +39,9 @@ _CHANGE_FIELDS: Final = tuple(name for name in Change.__dataclass_fields__ if na
 _USAGE_UPDATE: Final = sa.text(
     "UPDATE tenant_usage SET subscriptions = subscriptions + :delta WHERE tenant = :tenant "
     "RETURNING tenant"
+)
+_USAGE_OF: Final = sa.select(_USAGE.c.subscriptions).where(
+    _USAGE.c.tenant == sa.bindparam("tenant")
 )
 _USAGE_INSERT: Final = sa.text(
     "INSERT INTO tenant_usage (tenant, subscriptions) VALUES (:tenant, :delta)"
@@ -74,9 +77,7 @@ def usage(session: Session, tenant: str) -> int:
     once per transaction: one primary-key probe) plus this transaction's moves."""
     rows = pending(session)
     if tenant not in rows.stored:
-        held = session.execute(
-            sa.select(_USAGE.c.subscriptions).where(_USAGE.c.tenant == tenant)
-        ).scalar()
+        held = session.connection().execute(_USAGE_OF, {"tenant": tenant}).scalar()
         rows.stored[tenant] = int(held or 0)
     return rows.stored[tenant] + rows.moved.get(tenant, 0)
 
@@ -142,10 +143,13 @@ def _committed(session: Session, rows: Pending, stored: Sequence[Any]) -> None:
     """Hand the transaction's changes, with the seqs ``stored`` gave them, to the
     after-commit hooks (``store.db.COMMITTED``)."""
     seqs = {(sub_id, op): seq for seq, sub_id, op in stored}
-    session.info[COMMITTED] = sorted(
+    changes = session.info[COMMITTED] = sorted(
         (_change(seqs[(row["subscription_id"], row["op"])], row) for row in rows.changes),
         key=lambda change: change.seq,
     )
+    committing = session.info.get(COMMITTING)
+    if committing is not None and changes:
+        committing(changes[-1].seq)
 
 
 def _change(seq: int, row: dict[str, Any]) -> Change:

@@ -7,9 +7,9 @@ carry a group's writes here: a create's lookup-and-insert (``add_if_absent``), a
 rows a transaction appends before it commits (``flush``: change rows, tenant counters,
 audit rows and the doorbell, as data-modifying CTEs, which PostgreSQL runs once each,
 referenced or not). As text, neither is compiled by SQLAlchemy per call (a multi-row
-``VALUES`` is compiled afresh every time, about as costly as the statement itself), and a
-text psycopg sees five times is prepared, so the server plans it once per connection
-(a group of n writes has one text per n).
+``VALUES`` is compiled afresh every time, about as costly as the statement itself); the
+rows travel as one array per column, so a group of any size sends the same text, which
+psycopg prepares after five uses: the server plans it once per connection.
 """
 
 from __future__ import annotations
@@ -83,21 +83,32 @@ def add_if_absent(connection: sa.Connection, values: Mapping[str, Any]) -> sa.Ro
 
 
 class _Insert:
-    """A multi-row ``INSERT`` into ``table``'s columns ``names`` (text per row count)."""
+    """An ``INSERT`` of any number of rows into ``table``'s columns ``names``: one array
+    parameter per column, unnested in the rows' order. One text for every row count, short
+    and with few parameters, so psycopg converts it once (it caches only texts under 4 KB
+    with at most 50 parameters; a ``VALUES`` list of a group's rows had hundreds) and
+    PostgreSQL plans it once per connection."""
 
     def __init__(self, table: sa.FromClause, names: Sequence[str], returning: str) -> None:
         self.names = tuple(names)
         self.json = _json(table, self.names)
         columns = ", ".join(map(QUOTE, self.names))
-        self.head = f"INSERT INTO {cast(sa.Table, table).name} ({columns}) VALUES "
-        self.tuple = f"({', '.join(_casts(table, self.names))})"
-        self.returning = returning
+        arrays = ", ".join(f"%s::{_cast_type(table.c[name].type)}[]" for name in self.names)
+        aliases = ", ".join(f"c{i}" for i in range(len(self.names)))
+        self.text = (
+            f"INSERT INTO {cast(sa.Table, table).name} ({columns}) SELECT {aliases} "
+            f"FROM unnest({arrays}) WITH ORDINALITY AS u({aliases}, ord) ORDER BY ord" + returning
+        )
 
     def sql(self, rows: Sequence[Mapping[str, Any]], params: list[Any]) -> str:
-        """The statement for ``rows``; their values appended to ``params``."""
+        """The statement for ``rows``; their values appended to ``params``, a list per
+        column."""
+        columns: list[list[Any]] = [[] for _ in self.names]
         for row in rows:
-            params += _row(row, self.names, self.json)
-        return self.head + ", ".join([self.tuple] * len(rows)) + self.returning
+            for column, value in zip(columns, _row(row, self.names, self.json), strict=True):
+                column.append(value)
+        params += columns
+        return self.text
 
 
 _USAGE: Final = _Insert(

@@ -40,6 +40,14 @@ MAX_PAGE: Final = 1_000
 _CHANGE_SQL: Final = ", ".join(map(QUOTE, CHANGE_COLUMNS))
 
 
+#: One subscription's delete, and of one tenant's: built once, so a single delete pays no
+#: statement construction (its compiled form is cached by the engine).
+_REMOVE: Final = (
+    _TABLE.delete().where(_SUBSCRIPTION.c.id == sa.bindparam("id")).returning(*_SUBSCRIPTION.c)
+)
+_REMOVE_OF_TENANT: Final = _REMOVE.where(_SUBSCRIPTION.c.tenant == sa.bindparam("tenant"))
+
+
 def _stored(row: Any) -> StoredSubscription:
     """A ``StoredSubscription`` from a row holding its fields (by attribute: an ORM object
     or a Core row), with its statistics when the row has them (``with_stats``)."""
@@ -225,10 +233,11 @@ class SubscriptionRepository(RoutingReads):
         """Delete subscription ``sub_id`` (of ``tenant``, when given); the row it was, or
         None if absent. Two statements: the delete returns the row, which the change log
         then records."""
-        where = [_SUBSCRIPTION.c.id == sub_id]
-        if tenant is not None:
-            where.append(_SUBSCRIPTION.c.tenant == tenant)
-        row = self._core(_TABLE.delete().where(*where).returning(*_SUBSCRIPTION.c)).first()
+        connection = self.session.connection()
+        if tenant is None:
+            row = connection.execute(_REMOVE, {"id": sub_id}).first()
+        else:
+            row = connection.execute(_REMOVE_OF_TENANT, {"id": sub_id, "tenant": tenant}).first()
         if row is None:
             return None
         if not self._postgres:  # PostgreSQL's foreign key cascades
