@@ -22,8 +22,8 @@ calling what the FastAPI routes call:
 * the answer: ``app.routers.match.match_answer`` / ``batch_answer`` and
   ``app.routers.subscriptions.create_answer`` / ``delete_answer``, which the routes'
   endpoints call too (a batch also gets the request's ``receive``, to stop when its client
-  leaves); a write runs in the thread pool as the route's endpoint does, and a created row
-  is serialized by FastAPI's ``serialize_response`` with the route's response model.
+  leaves); a created row is serialized by FastAPI's ``serialize_response`` with the route's
+  response model.
 
 It answers only a request it can answer exactly as the route would: a body route needs
 ``Content-Type: application/json`` (no parameters) and a body the model accepts. Anything
@@ -45,7 +45,6 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, serialize_response
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -186,11 +185,11 @@ def _read_write(raw: bytes) -> SubscriptionIn:
 
 
 def _create(route: APIRoute) -> Callable[[Services, Caller, Any, Receive], Awaitable[Response]]:
-    """``POST /v1/subscriptions``'s answer: ``create_answer`` in the thread pool (the
-    route's endpoint is a plain ``def``), its row serialized as the route serializes it."""
+    """``POST /v1/subscriptions``'s answer: ``create_answer``, its row serialized as the
+    route serializes it."""
 
     async def answer(services: Services, caller: Caller, item: Any, _: Receive) -> Response:
-        row, status = await run_in_threadpool(subscriptions.create_answer, services, caller, item)
+        row, status = await subscriptions.create_answer(services, caller, item)
         content = await serialize_response(
             field=route.response_field,
             response_content=row,
@@ -207,12 +206,9 @@ def _create(route: APIRoute) -> Callable[[Services, Caller, Any, Receive], Await
     return answer
 
 
-async def _delete(services: Services, caller: Caller, sub_id: Any, _: Receive) -> Response:
-    """``DELETE /v1/subscriptions/{id}``'s answer, in the thread pool as the route's."""
-    response: Response = await run_in_threadpool(
-        subscriptions.delete_answer, services, caller, sub_id
-    )
-    return response
+def _delete(services: Services, caller: Caller, sub_id: Any, _: Receive) -> Awaitable[Response]:
+    """``DELETE /v1/subscriptions/{id}``'s answer."""
+    return subscriptions.delete_answer(services, caller, sub_id)
 
 
 def fast_routes() -> tuple[dict[tuple[str, str], FastRoute], dict[tuple[str, str], FastRoute]]:

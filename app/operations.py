@@ -52,6 +52,7 @@ from store import (
     validate,
 )
 from store.expiry import expired, expiry_at
+from store.group_commit import Job
 from store.groups import GroupPolicies, check_same_group
 from store.staging import staged_rows
 from topicstore.models import (
@@ -103,6 +104,16 @@ class AdminOperations(AdminReads):
         """Create one subscription; the same one again returns the stored row. The flag says
         whether a row was created. Raises the refusal (invalid input, quota, an engine's
         capacity)."""
+        return self.db.writes.run(self._create(item, caller))
+
+    async def create_async(
+        self, item: SubscriptionIn, caller: Caller
+    ) -> tuple[SubscriptionOut, bool]:
+        """``create`` for a caller on an event loop (``GroupCommit.run_async``)."""
+        return await self.db.writes.run_async(self._create(item, caller))
+
+    def _create(self, item: SubscriptionIn, caller: Caller) -> Job[tuple[SubscriptionOut, bool]]:
+        """``create``'s write, validated now."""
         new = self._new(item, caller)
 
         def check(session: Session) -> Callable[[], tuple[SubscriptionOut, bool]]:
@@ -143,7 +154,7 @@ class AdminOperations(AdminReads):
 
             return write
 
-        return self.db.writes.run(check)
+        return check
 
     def create_many(
         self, items: Sequence[JsonValue] | Items, caller: Caller, *, results: bool = True
@@ -254,6 +265,14 @@ class AdminOperations(AdminReads):
     def remove(self, sub_id: int, caller: Caller) -> None:
         """Delete one subscription (of the caller's tenant, unless the operator asks);
         ``NotFoundError`` when there is none."""
+        _removed(sub_id, self.db.writes.run(self._remove(sub_id, caller)))
+
+    async def remove_async(self, sub_id: int, caller: Caller) -> None:
+        """``remove`` for a caller on an event loop (``GroupCommit.run_async``)."""
+        _removed(sub_id, await self.db.writes.run_async(self._remove(sub_id, caller)))
+
+    def _remove(self, sub_id: int, caller: Caller) -> Job[bool]:
+        """``remove``'s write: whether there was such a row."""
 
         def check(session: Session) -> Callable[[], bool]:
             def write() -> bool:
@@ -266,8 +285,7 @@ class AdminOperations(AdminReads):
 
             return write
 
-        if not self.db.writes.run(check):
-            raise NotFoundError(f"no subscription {sub_id}")
+        return check
 
     def remove_subscriber(self, subscriber: str, caller: Caller, tenant: str | None) -> Deleted:
         """Delete every subscription of one subscriber of the tenant."""
@@ -423,6 +441,11 @@ class AdminOperations(AdminReads):
                 raise QuotaExceededError(
                     f"tenant {tenant!r} would hold {held} subscriptions; its quota is {quota}"
                 )
+
+
+def _removed(sub_id: int, found: bool) -> None:
+    if not found:
+        raise NotFoundError(f"no subscription {sub_id}")
 
 
 def _with_policies(repo: SubscriptionRepository, items: Sequence[NewSubscription]) -> GroupPolicies:

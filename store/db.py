@@ -320,4 +320,5 @@ class Database:
             yield session
 
     def dispose(self) -> None:
+        self.writes.close()
         self.engine.dispose()

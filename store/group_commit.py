@@ -30,15 +30,23 @@ group's after-commit work (applying its changes to this process's routing table)
 that work overlaps the next group's statements; the group's callers are answered after it,
 so a caller still finds its own write in the routing table (``Database.transaction``
 keeps the hooks in commit order).
+
+A caller on an event loop (``run_async``) waits without a thread of its own: its write is
+queued like any other, and a group that holds it is led by one of the group commit's own
+threads (``LEADERS``), which resolves the caller's future once the group is applied. A
+thread per waiting write cost every write a hand-off to the thread pool and back and a
+wake-up of its thread: as much CPU as the write's statements.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -50,6 +58,9 @@ Job = Callable[[Session], Callable[[], T]]
 #: Jobs one transaction takes at most (a bulk job counts as one: its items are bounded by
 #: the batch limit).
 MAX_GROUP: Final = 256
+#: Threads that lead groups of writes whose callers wait on an event loop: one leads while
+#: the one before applies its group to the routing table.
+LEADERS: Final = 2
 
 
 class Transaction(Protocol):
@@ -63,11 +74,12 @@ class Transaction(Protocol):
 
 
 class _Pending(Generic[T]):
-    """One caller's job, its outcome, and the event its thread waits on."""
+    """One caller's job, its outcome, and how its caller learns of it: the event its
+    thread waits on, or (``done``) a call that resolves its future on its event loop."""
 
-    __slots__ = ("context", "error", "job", "lead", "result", "wake")
+    __slots__ = ("context", "done", "error", "job", "lead", "result", "wake")
 
-    def __init__(self, job: Job[T]) -> None:
+    def __init__(self, job: Job[T], done: Callable[[], object] | None = None) -> None:
         self.job = job
         #: The caller's context, which the job runs in (see the module docstring).
         self.context = contextvars.copy_context()
@@ -76,6 +88,7 @@ class _Pending(Generic[T]):
         #: Set (before ``wake``) when this caller's thread is to lead the next group.
         self.lead = False
         self.wake = threading.Event()
+        self.done = done
 
     def outcome(self) -> T:
         if self.error is not None:
@@ -104,6 +117,8 @@ class GroupCommit:
         #: Transactions committed and jobs they held (``/metrics``, the benchmarks).
         self.groups = 0
         self.jobs = 0
+        #: Where groups are led for callers on an event loop (made at the first).
+        self._leaders: ThreadPoolExecutor | None = None
 
     def run(self, job: Job[T]) -> T:
         """Run ``job`` in the next group; its result, or its refusal raised here."""
@@ -117,6 +132,41 @@ class GroupCommit:
         if pending.lead:
             self._lead()
         return pending.outcome()
+
+    async def run_async(self, job: Job[T]) -> T:
+        """``run`` for a caller on an event loop: its result, or its refusal raised here.
+        The caller waits on a future, and one of the group commit's threads leads its group
+        (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def done() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, future)
+
+        pending: _Pending[T] = _Pending(job, done)
+        with self._lock:
+            self._queue.append(pending)
+            if not self._leading:
+                self._leading = pending.lead = True
+                self._hand_lead(pending)
+        await future
+        return pending.outcome()
+
+    def _hand_lead(self, pending: _Pending[Any]) -> None:
+        """Let ``pending`` lead the next group (under ``_lock``): its own thread, or for a
+        caller on an event loop one of the leaders."""
+        if pending.done is None:
+            pending.wake.set()
+            return
+        if self._leaders is None:
+            self._leaders = ThreadPoolExecutor(LEADERS, thread_name_prefix="group-commit")
+        self._leaders.submit(self._lead)
+
+    def close(self) -> None:
+        """Stop the leaders' threads once their groups are done."""
+        if self._leaders is not None:
+            self._leaders.shutdown(wait=True)
 
     def waiting(self) -> int:
         """Jobs queued behind the running group."""
@@ -136,7 +186,7 @@ class GroupCommit:
                 if self._queue:
                     following = self._queue[0]
                     following.lead = True
-                    following.wake.set()
+                    self._hand_lead(following)
                 else:
                     self._leading = False
             try:
@@ -145,7 +195,10 @@ class GroupCommit:
             finally:
                 for pending in group:
                     pending.lead = False
-                    pending.wake.set()
+                    if pending.done is None:
+                        pending.wake.set()
+                    else:
+                        pending.done()
 
     def _commit(self, group: list[_Pending[Any]], committed: list[Transaction]) -> None:
         """Run ``group``; each transaction that committed goes to ``committed`` (its hooks
@@ -181,6 +234,11 @@ class GroupCommit:
     def _count(self, jobs: int) -> None:
         self.groups += 1
         self.jobs += jobs
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():  # its caller may have been cancelled meanwhile
+        future.set_result(None)
 
 
 def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:

@@ -94,23 +94,24 @@ register_url_convertor("id", _SubIdConvertor())
         **documented(403, 409, 413),
     },
 )
-def create_subscription(
+async def create_subscription(
     item: SubscriptionIn, caller: AdminCaller, services: ServicesDep, response: Response
 ) -> SubscriptionOut:
     """Create a subscription. The same (tenant, subscriber, dialect, pattern) again returns
     the existing one with 200 instead of 201. With a ``group`` (or an MQTT
     ``$share/{group}/{filter}``) it is a shared subscription: a match delivers to one
     member per group, chosen by the group's ``group_policy``."""
-    row, response.status_code = create_answer(services, caller, item)
+    row, response.status_code = await create_answer(services, caller, item)
     return row
 
 
-def create_answer(
+async def create_answer(
     services: Services, caller: Caller, item: SubscriptionIn
 ) -> tuple[SubscriptionOut, int]:
     """The row and the status of ``POST /v1/subscriptions``: 201 created, 200 already
-    there (the route's endpoint and ``app.fastpath`` both answer with it)."""
-    row, created = services.admin.create(item, caller)
+    there (the route's endpoint and ``app.fastpath`` both answer with it). The write waits
+    for its group on the event loop, not in a thread (``GroupCommit.run_async``)."""
+    row, created = await services.admin.create_async(item, caller)
     return row, 201 if created else 200
 
 
@@ -279,14 +280,16 @@ def count_subscriptions(
 
 
 @router.delete("/subscriptions/{sub_id:id}", status_code=204, responses=documented(404))
-def delete_subscription(sub_id: SubId, caller: AdminCaller, services: ServicesDep) -> Response:
-    return delete_answer(services, caller, sub_id)
+async def delete_subscription(
+    sub_id: SubId, caller: AdminCaller, services: ServicesDep
+) -> Response:
+    return await delete_answer(services, caller, sub_id)
 
 
-def delete_answer(services: Services, caller: Caller, sub_id: int) -> Response:
+async def delete_answer(services: Services, caller: Caller, sub_id: int) -> Response:
     """``DELETE /v1/subscriptions/{id}``'s answer (the route's endpoint and
-    ``app.fastpath`` both answer with it)."""
-    services.admin.remove(sub_id, caller)
+    ``app.fastpath`` both answer with it), waiting on the event loop as a create does."""
+    await services.admin.remove_async(sub_id, caller)
     return Response(status_code=204)
 
 
