@@ -4,6 +4,7 @@ stored, and a failed write phase reruns the group's jobs one by one."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -126,3 +127,51 @@ def test_after_commit_hooks_get_the_transactions_changes(database: Database) -> 
     handed = [change for batch in seen if isinstance(batch, list) for change in batch]
     assert handed == logged[:3]
     assert [c.subscriber for c in logged] == ["a", "b", "a", "c"]
+
+
+def test_writers_on_an_event_loop_share_groups_with_threads(database: Database) -> None:
+    """``run_async``: callers on an event loop queue with callers in threads, share their
+    group, keep their own outcomes (a refusal raised in its own caller), and find their
+    group committed and its hooks run when they resume."""
+    applied: list[int] = []
+    database.on_commit(lambda changes: applied.append(len(changes or ())))
+    held, release = threading.Event(), threading.Event()
+
+    def hold(session: Session) -> Callable[[], int]:
+        held.set()
+        assert release.wait(30)
+        return lambda: 0
+
+    holder = threading.Thread(target=database.writes.run, args=(hold,))
+    holder.start()
+    assert held.wait(30)
+    threaded: list[int] = []
+    thread = threading.Thread(target=lambda: threaded.append(database.writes.run(_create("t"))))
+
+    async def writers() -> list[int | BaseException]:
+        tasks = [
+            asyncio.ensure_future(database.writes.run_async(job))
+            for job in (_create("a"), _refuse, _create("b"))
+        ]
+        while database.writes.waiting() < 3:
+            await asyncio.sleep(0.001)
+        thread.start()
+        while database.writes.waiting() < 4:
+            await asyncio.sleep(0.001)
+        before = database.writes.groups
+        release.set()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        assert applied[-1] == 3  # the group's hooks ran before its callers resumed
+        assert database.writes.groups == before + 2  # the holder's, then one for the four
+        return outcomes
+
+    outcomes = asyncio.run(writers())
+    for waiting in (holder, thread):
+        waiting.join(30)
+    assert isinstance(outcomes[0], int) and isinstance(outcomes[2], int)
+    assert isinstance(outcomes[1], RefusedError)
+    assert len({outcomes[0], outcomes[2], *threaded}) == 3
+    assert _stored(database) == ["a", "b", "t"]
+    # Alone too: an event-loop caller with nothing ahead leads through the group's threads.
+    assert isinstance(asyncio.run(database.writes.run_async(_create("c"))), int)
+    assert _stored(database) == ["a", "b", "c", "t"]
