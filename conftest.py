@@ -11,7 +11,8 @@ where they live (``XDIST_GROUPS``); every other test goes wherever a worker is f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -97,6 +98,29 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def duckdb_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DuckDB file migrated to head once per session, which ``new_duckdb`` copies:
+    migrating a new file takes a quarter of a second or more, and some 250 tests each
+    start on a new one. (The migrations themselves are tests/store/test_migrations.py's.)"""
+    path = tmp_path_factory.mktemp("duckdb-template") / "store.duckdb"
+    upgrade(f"duckdb:///{path}")  # checkpointed: the whole store is in the one file
+    return path
+
+
+@pytest.fixture
+def new_duckdb(duckdb_template: Path, tmp_path: Path) -> Callable[[str], str]:
+    """Makes ``tmp_path / name`` a new, migrated DuckDB store (a copy of the template) and
+    returns its URL."""
+
+    def make(name: str) -> str:
+        path = tmp_path / name
+        shutil.copyfile(duckdb_template, path)
+        return f"duckdb:///{path}"
+
+    return make
+
+
 @pytest.fixture(params=["postgres", "duckdb"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     """An empty, migrated store on each backend: a reset PostgreSQL database, or a new
@@ -105,10 +129,8 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
         url = request.getfixturevalue("postgres_url")
         reset_postgres(url)
     else:
-        url = f"duckdb:///{tmp_path / 'store.duckdb'}"
+        url = request.getfixturevalue("new_duckdb")("store.duckdb")
     db = Database(url)
-    if request.param == "duckdb":
-        upgrade(db.url)
     yield db
     db.dispose()
 

@@ -70,8 +70,11 @@ class Sizes:
     # store_load, propagation: PostgreSQL (skipped with a note when it is not reachable)
     store_sizes: tuple[int, ...]
     import_sizes: tuple[int, ...]
-    # startup: a real service on a store already holding this many subscriptions
+    # startup: a real service on a store already holding this many subscriptions, idle
+    # seconds after ready before its steady memory is read, seconds of matches per row
     startup_subscriptions: int
+    startup_settle_s: float
+    startup_match_s: float
     propagation_changes: int
     # mass_removal: two real replicas on PostgreSQL; one subscriber holds the second figure
     removal_subscriptions: int
@@ -138,6 +141,8 @@ FULL: Final = Sizes(
     store_sizes=(1_000_000,),
     import_sizes=(1_000_000,),
     startup_subscriptions=1_000_000,
+    startup_settle_s=3.0,
+    startup_match_s=10.0,
     propagation_changes=200,
     removal_subscriptions=300_000,
     removal_held=100_000,
@@ -202,6 +207,9 @@ QUICK: Final = Sizes(
     store_sizes=(2_000,),
     import_sizes=(2_000,),
     startup_subscriptions=5_000,
+    # settle + match past RECONCILE_EVERY_S: a reconciliation still runs during a row
+    startup_settle_s=0.5,
+    startup_match_s=1.5,
     propagation_changes=10,
     removal_subscriptions=20_000,
     removal_held=5_000,

@@ -152,7 +152,15 @@ def _export(pid: int, base: str, token: str) -> tuple[float, float]:
     return time.perf_counter() - started, _status_mb(pid, "VmHWM")
 
 
-def _measure(url: str, reconcile_s: float, topics: list[str], *, restart: bool) -> Run:
+def _measure(
+    url: str,
+    reconcile_s: float,
+    topics: list[str],
+    *,
+    restart: bool,
+    settle_s: float,
+    match_s: float,
+) -> Run:
     """One server's start, memory and match latency; with ``restart``, then a SIGKILL and
     a new server's start (``restart_s``; None without)."""
     token = secrets.token_hex(24)
@@ -163,10 +171,10 @@ def _measure(url: str, reconcile_s: float, topics: list[str], *, restart: bool) 
     ):
         run.ready_s = ready_s
         run.cpu_s = _cpu_s(process.pid)
-        time.sleep(SETTLE_S)
+        time.sleep(settle_s)
         run.steady_mb = _status_mb(process.pid, "VmRSS")
         run.subscriptions = httpx.get(base + "/readyz").json()["subscriptions"]
-        lat = _latencies(base, token, topics, MATCH_S)
+        lat = _latencies(base, token, topics, match_s)
         run.p50_ms, run.p99_ms = percentile(lat, 50), percentile(lat, 99)
         run.steady_mb = max(run.steady_mb, _status_mb(process.pid, "VmRSS"))
         run.peak_mb = _status_mb(process.pid, "VmHWM")
@@ -185,10 +193,18 @@ def _measure(url: str, reconcile_s: float, topics: list[str], *, restart: bool) 
 
 
 def run_startup(
-    count: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL, shape: str = "mixed"
+    count: int,
+    seed: int = 0,
+    admin_url: str = DEFAULT_ADMIN_URL,
+    shape: str = "mixed",
+    *,
+    settle_s: float = SETTLE_S,
+    match_s: float = MATCH_S,
 ) -> Table:
     """Startup to ready, memory and match latency with/without reconciliation, at ``count``
-    subscriptions of ``shape`` (``bench.big_store.SHAPES``), on PostgreSQL and on DuckDB."""
+    subscriptions of ``shape`` (``bench.big_store.SHAPES``), on PostgreSQL and on DuckDB;
+    ``settle_s`` idle after ready and ``match_s`` of matches per row (the quick sizes' are
+    short: the smoke test checks the rows, not the figures)."""
     table = Table(
         name="startup",
         title=f"The service at {count:,} subscriptions: startup, memory, reconciliation",
@@ -223,7 +239,14 @@ def run_startup(
             (RECONCILE_EVERY_S, f"every {RECONCILE_EVERY_S:g} s"),
         ):
             # A restart once per store (the off row): each start at 1M is seconds of both cores.
-            run = _measure(url, reconcile_s, topics, restart=label == "off")
+            run = _measure(
+                url,
+                reconcile_s,
+                topics,
+                restart=label == "off",
+                settle_s=settle_s,
+                match_s=match_s,
+            )
             table.rows.append(
                 [
                     store,
@@ -251,8 +274,8 @@ def run_startup(
         "kill -9 = the same for a new server once the first was SIGKILLed; CPU = the "
         "server's user + system seconds until then (what a calm machine's wall time would "
         "approach: this box is shared); steady = "
-        f"VmRSS {SETTLE_S:g} s after ready and after the match phase (the larger); peak = "
-        f"VmHWM; match = single POST /v1/match calls, one client, {MATCH_S:g} s per row; "
+        f"VmRSS {settle_s:g} s after ready and after the match phase (the larger); peak = "
+        f"VmHWM; match = single POST /v1/match calls, one client, {match_s:g} s per row; "
         "export = GET /v1/subscriptions-export of all of them (Parquet) after the match "
         "phase, its peak = VmHWM after resetting it (/proc/<pid>/clear_refs), once per store.",
         f"load average {os.getloadavg()[0]:.1f} at the end (2 cores, shared).",

@@ -169,7 +169,12 @@ def _import_load(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
 
 def _startup(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     del engines  # the service's defaults, as an operator starts it
-    yield run_startup(sizes.startup_subscriptions, sizes.seed)
+    yield run_startup(
+        sizes.startup_subscriptions,
+        sizes.seed,
+        settle_s=sizes.startup_settle_s,
+        match_s=sizes.startup_match_s,
+    )
 
 
 def _propagation(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:

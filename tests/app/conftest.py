@@ -57,14 +57,15 @@ def _no_topicstore_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(params=["postgres", "duckdb"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty store on each backend, not held open by anyone: the session's PostgreSQL
-    database, emptied, or the path of a new DuckDB file (the app migrates it)."""
+def store_url(request: pytest.FixtureRequest) -> str:
+    """An empty, migrated store on each backend, not held open by anyone: the session's
+    PostgreSQL database, emptied, or a new DuckDB file."""
     if request.param == "postgres":
         url: str = request.getfixturevalue("postgres_url")
         reset_postgres(url)
         return url
-    return f"duckdb:///{tmp_path / 'api.duckdb'}"
+    make: Callable[[str], str] = request.getfixturevalue("new_duckdb")
+    return make("api.duckdb")
 
 
 ClientFactory = Callable[..., TestClient]

@@ -93,14 +93,13 @@ def test_route_takes_its_archive_directory_from_the_settings(tmp_path: Path) -> 
     assert str(directory) in said[0]
 
 
+# That a run which does not complete keeps nothing is the route test's above (the same
+# exit path, one JVM fewer: each recording run writes its archive for seconds as it exits).
 @pytest.mark.slow
 def test_a_complete_run_records_the_archive_and_the_next_maps_it(tmp_path: Path) -> None:
     archive = tmp_path / "archive" / "spark.jsa"
-    options, said = _run(archive, complete=False)
+    options, said = _run(archive, complete=True)
     assert any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options)
-    assert list(archive.parent.iterdir()) == []  # a run that failed keeps nothing
-    assert len(said) == 1 and said[0].startswith("recording Spark's class archive")
-    _, said = _run(archive, complete=True)
     assert [p.name for p in archive.parent.iterdir()] == [archive.name]
     assert archive.stat().st_size > 1_000_000
     assert said[0].startswith("recording ") and said[1].startswith("recorded Spark's class")
