@@ -15,28 +15,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.fastpath import FastPath
-from app.main import create_app
-from tests.app.conftest import ADMIN, TOKEN_A, TOKEN_B, make_settings
+from tests.app.conftest import ADMIN, TOKEN_A, TOKEN_B
+from tests.app.fast_twins import open_twins
 
-#: The route's own handler puts this in the scope; the fast path never does.
-ROUTE_MARK = "fastapi_inner_astack"
 REQUEST_ID = "fast-path-test-1"
-
-
-@dataclass
-class Spy:
-    """Outermost middleware: for each request, whether FastAPI's route handler ran."""
-
-    app: ASGIApp
-    routed: list[bool]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, send)
-        if scope["type"] == "http" and scope["path"] in ("/v1/match", "/v1/match/batch"):
-            self.routed.append(ROUTE_MARK in scope)
 
 
 @dataclass
@@ -89,19 +72,7 @@ def make_pair(tmp_path: Path) -> Iterator[Any]:
     opened: list[TestClient] = []
 
     def make(**overrides: Any) -> Pair:
-        clients: list[TestClient] = []
-        spies: list[list[bool]] = []
-        for fast in (True, False):
-            url = f"duckdb:///{tmp_path / f'pair{len(opened)}.duckdb'}"
-            app = create_app(make_settings(url, **overrides), wait_until_ready=True, fast_path=fast)
-            routed: list[bool] = []
-            app.add_middleware(Spy, routed=routed)
-            client = TestClient(app)
-            client.__enter__()
-            opened.append(client)
-            assert isinstance(app.router.middleware_stack, FastPath) is fast
-            clients.append(client)
-            spies.append(routed)
+        def fill(client: TestClient) -> None:
             for subscriber, pattern, extra in SUBSCRIPTIONS:
                 response = client.post(
                     "/v1/subscriptions",
@@ -109,6 +80,14 @@ def make_pair(tmp_path: Path) -> Iterator[Any]:
                     headers={"Authorization": f"Bearer {ADMIN}"},
                 )
                 assert response.status_code == 201, response.text
+
+        clients, spies = open_twins(
+            tmp_path,
+            opened,
+            lambda path: path in ("/v1/match", "/v1/match/batch"),
+            fill,
+            **overrides,
+        )
         return Pair(clients[0], clients[1], spies[0], spies[1])
 
     yield make
