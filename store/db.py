@@ -165,6 +165,9 @@ class Database:
                 if not create:
                     raise _no_schema(url)
                 path.parent.mkdir(parents=True, exist_ok=True)
+            from store.duckdb_dialect import register  # here: PostgreSQL never loads DuckDB
+
+            register()
             self.engine = sa.create_engine(url)
             sa.event.listen(self.engine, "connect", _configure_duckdb)
             if threads is not None:

@@ -28,6 +28,7 @@ from store import pg_write
 from store.db import COMMITTED, COMMITTING
 from store.models import AuditLog, ChangeLog, TenantUsage
 from store.records import Change, criteria_tuple
+from store.stats import STATS
 
 #: Where a session keeps its pending rows (``Session.info``).
 _KEY: Final = "topicstore.pending"
@@ -42,6 +43,9 @@ _USAGE_UPDATE: Final = sa.text(
 )
 _USAGE_OF: Final = sa.select(_USAGE.c.subscriptions).where(
     _USAGE.c.tenant == sa.bindparam("tenant")
+)
+_FORGET: Final = STATS.delete().where(
+    STATS.c.subscription_id.in_(sa.bindparam("ids", expanding=True))
 )
 _USAGE_INSERT: Final = sa.text(
     "INSERT INTO tenant_usage (tenant, subscriptions) VALUES (:tenant, :delta)"
@@ -62,6 +66,9 @@ class Pending:
     ring: bool = False
     #: Changes were logged by a statement of their own, not from ``changes``.
     logged_elsewhere: bool = False
+    #: Removed subscriptions whose statistics go at commit (DuckDB, which has no cascading
+    #: foreign key): one statement for a group's removals, not one per removal.
+    forgotten: list[int] = field(default_factory=list)
 
 
 def pending(session: Session) -> Pending:
@@ -87,6 +94,11 @@ def move(session: Session, deltas: dict[str, int]) -> None:
     moved = pending(session).moved
     for tenant, delta in deltas.items():
         moved[tenant] = moved.get(tenant, 0) + delta
+
+
+def forget(session: Session, sub_id: int) -> None:
+    """Delete ``sub_id``'s statistics at commit (DuckDB's single removals)."""
+    pending(session).forgotten.append(sub_id)
 
 
 def flush_changes(session: Session) -> None:
@@ -128,6 +140,8 @@ def flush(session: Session) -> None:
                 connection.execute(_USAGE_INSERT, values)
     if rows.audit:
         connection.execute(sa.insert(AuditLog), rows.audit)
+    if rows.forgotten:
+        connection.execute(_FORGET, {"ids": rows.forgotten})
 
 
 def _flush_postgres(session: Session, connection: sa.Connection, rows: Pending) -> None:

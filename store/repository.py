@@ -241,7 +241,7 @@ class SubscriptionRepository(RoutingReads):
         if row is None:
             return None
         if not self._postgres:  # PostgreSQL's foreign key cascades
-            forget(self.session, sa.select(sa.literal(sub_id)))
+            pending.forget(self.session, sub_id)
         self._log_rows("remove", [row])
         self._count({row.tenant: -1})
         return _stored(row)
