@@ -177,11 +177,11 @@ class Loader:
 
     # -- following changes --------------------------------------------------------------
 
-    def catch_up(self, changes: Sequence[Change] | None = None) -> int:
+    def catch_up(self, changes: Sequence[Change] | None = None, announced: int = 0) -> int:
         """Apply every change past the table's seq; returns how many were applied.
         ``changes``: a transaction this process just committed (``Database.on_commit``),
         applied as they are when they are exactly the next ones, read from the log
-        otherwise."""
+        otherwise. ``announced``: the seq a doorbell rang with (read up to it at least)."""
         with self._catch_up_lock:
             table = self.table
             if changes and changes[-1].seq <= table.seq:
@@ -190,7 +190,7 @@ class Loader:
                 applied = table.apply(changes, self._progressed)
                 self._progressed()
             else:
-                applied = self._catch_up_table(table)
+                applied = self._catch_up_table(table, announced)
             if len(table) - self._settled_size > max(SETTLE_EVERY, self._settled_size // 4):
                 # Bulk writes grew the table by a quarter: freeze it again (see
                 # app.heap.settle), or full collections keep rescanning it. (Not after
@@ -201,12 +201,16 @@ class Loader:
                 self._settled_size = len(table)
             return applied
 
-    def _catch_up_table(self, table: RoutingTable) -> int:
+    def _catch_up_table(self, table: RoutingTable, announced: int = 0) -> int:
         """Apply the changes past ``table.seq`` in windows of ``PAGE`` seqs: a bounded range
         is an index range scan whatever the planner's statistics say (a log that grew by
         100,000 rows since they were taken was read with a full scan and a sort per page).
         A window short of ``PAGE`` rows may sit before a gap in the seqs (a rolled-back
-        write), so the newest seq says when to stop."""
+        write), so the newest seq says when to stop; a window that reached the seq a
+        doorbell ``announced`` needs no such read (a later change rings again). Each read
+        is one statement in a session of its own (``Database.read_alone``): a follower
+        catches up at every doorbell, and a transaction around it cost two more round
+        trips each time."""
         applied = 0
         cursor = table.seq
         while True:
@@ -216,10 +220,15 @@ class Loader:
             # every few pages a full collection held the GIL (and every match) for tens of
             # milliseconds.
             with gc_paused():
-                with self.db.read() as session:
+                with self.db.read_alone() as session:
                     repo = SubscriptionRepository(session)
                     changes = repo.changes_since(cursor, PAGE, upto=end)
-                    newest = repo.last_seq() if len(changes) < PAGE else None
+                    if len(changes) == PAGE:
+                        newest = None
+                    elif announced and changes and changes[-1].seq >= announced:
+                        newest = changes[-1].seq
+                    else:
+                        newest = repo.last_seq()
                 if changes:
                     applied += table.apply(changes, self._progressed)
                 del changes
@@ -264,7 +273,7 @@ class Loader:
                             # are about to be: ``committing_seq``): their doorbells need no
                             # read of the log.
                             if rang is None or rang > max(self.table.seq, self.db.committing_seq):
-                                self.catch_up()
+                                self.catch_up(announced=rang or 0)
                             self.listener_beat = time.monotonic()
                         rang = None
                         for note in conn.notifies(timeout=self.poll_interval, stop_after=1):
