@@ -40,7 +40,7 @@ from loader.table import RoutingTable
 from matcher import Limits
 from matcher.base import gc_paused
 from store.db import CHANGES_CHANNEL, Database
-from store.records import Change
+from store.records import Change, Removals
 from store.repository import SubscriptionRepository
 
 log = logging.getLogger(__name__)
@@ -218,8 +218,9 @@ class Loader:
             with gc_paused():
                 with self.db.read() as session:
                     repo = SubscriptionRepository(session)
-                    changes = repo.changes_since(cursor, PAGE, upto=end)
-                    newest = repo.last_seq() if len(changes) < PAGE else None
+                    changes = repo.changes_in(cursor, end)
+                    read = sum(len(c) if isinstance(c, Removals) else 1 for c in changes)
+                    newest = repo.last_seq() if read < PAGE else None
                 if changes:
                     applied += table.apply(changes, self._progressed)
                 del changes
