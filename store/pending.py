@@ -58,6 +58,9 @@ class Pending:
     #: since (``usage`` = stored + moved).
     stored: dict[str, int] = field(default_factory=dict)
     moved: dict[str, int] = field(default_factory=dict)
+    #: Removed subscriptions whose statistics rows go at commit (PostgreSQL: one
+    #: statement for all of them, after the removals took their rows' locks).
+    forget: list[int] = field(default_factory=list)
     #: Ring the doorbell at commit (a change was logged).
     ring: bool = False
     #: Changes were logged by a statement of their own, not from ``changes``.
@@ -100,9 +103,15 @@ def flush_changes(session: Session) -> None:
     rows.logged_elsewhere = rows.ring = True
 
 
+def forget(session: Session, ids: Sequence[int]) -> None:
+    """Delete the statistics rows of the removed subscriptions ``ids`` at commit
+    (PostgreSQL: DuckDB's removals delete them at once, ``store.stats.forget``)."""
+    pending(session).forget.extend(ids)
+
+
 def flush(session: Session) -> None:
     """Write everything pending: change rows in order, the counters, audit rows, the
-    doorbell on PostgreSQL."""
+    removed subscriptions' statistics and the doorbell on PostgreSQL."""
     rows = session.info.pop(_KEY, None)
     if rows is None:
         return
@@ -132,9 +141,11 @@ def flush(session: Session) -> None:
 
 def _flush_postgres(session: Session, connection: sa.Connection, rows: Pending) -> None:
     """``flush`` as one statement (``store.pg_write.flush``)."""
-    if not (rows.changes or rows.audit or rows.ring or any(rows.moved.values())):
+    if not (rows.changes or rows.audit or rows.ring or rows.forget or any(rows.moved.values())):
         return
-    stored = pg_write.flush(connection, rows.changes, rows.moved, rows.audit, rows.ring)
+    stored = pg_write.flush(
+        connection, rows.changes, rows.moved, rows.audit, rows.ring, rows.forget
+    )
     if rows.changes and not rows.logged_elsewhere:
         _committed(session, rows, stored)
 

@@ -134,12 +134,26 @@ def flush(
     moved: Mapping[str, int],
     audit: Sequence[Mapping[str, Any]],
     ring: bool,
+    forget: Sequence[int] = (),
 ) -> list[tuple[int, int, str]]:
     """Insert ``changes`` (in order: their seqs follow it), move each tenant's counter
-    by ``moved``, insert the ``audit`` rows and, if ``ring``, ring the doorbell with the
-    newest seq, in one statement; the (seq, subscription_id, op) of each change."""
+    by ``moved``, insert the ``audit`` rows, delete the statistics rows of the removed
+    subscriptions ``forget`` and, if ``ring``, ring the doorbell with the newest seq, in
+    one statement; the (seq, subscription_id, op) of each change.
+
+    The statistics go here, in a statement after the removals', so that its snapshot
+    holds every statistics row a flush wrote before a removal took its subscription's
+    lock (a flush skips the rows a removal holds: ``store.stats``); the ids travel as one
+    array literal, which a removal of 100,000 sends in a fraction of the time a list
+    parameter takes to adapt."""
     params: list[Any] = []
     ctes: list[str] = []
+    if forget:
+        ctes.append(
+            "forgot AS (DELETE FROM subscription_stats "
+            "WHERE subscription_id = ANY(%s::text::bigint[]))"
+        )
+        params.append("{" + ",".join(map(str, forget)) + "}")
     if changes:
         logged = _insert(
             ChangeLog.__table__, list(changes[0]), " RETURNING seq, subscription_id, op"

@@ -241,7 +241,9 @@ class SubscriptionRepository(RoutingReads):
             row = connection.execute(_REMOVE_OF_TENANT, {"id": sub_id, "tenant": tenant}).first()
         if row is None:
             return None
-        if not self._postgres:  # PostgreSQL's foreign key cascades
+        if self._postgres:
+            pending.forget(self.session, [sub_id])
+        else:
             forget(self.session, sa.select(sa.literal(sub_id)))
         self._log_rows("remove", [row])
         self._count({row.tenant: -1})
@@ -278,6 +280,8 @@ class SubscriptionRepository(RoutingReads):
                 sa.select(gone.c.tenant, ids).group_by(gone.c.tenant).add_cte(logged.cte("logged"))
             )
             removed.update((str(tenant), list(made)) for tenant, made in self._core(query))
+            for made in removed.values():
+                pending.forget(self.session, made)
         else:
             self._log("remove", sa.select(Subscription).where(*where))
             forget(self.session, sa.select(Subscription.id).where(*where))
