@@ -279,13 +279,14 @@ class SubscriptionRepository(RoutingReads):
             query = (
                 sa.select(gone.c.tenant, ids).group_by(gone.c.tenant).add_cte(logged.cte("logged"))
             )
-            removed.update((str(tenant), list(made)) for tenant, made in self._core(query))
+            removed.update((str(t), list(made)) for t, made in map(tuple, self._core(query)))
             for made in removed.values():
                 pending.forget(self.session, made)
         else:
             self._log("remove", sa.select(Subscription).where(*where))
             forget(self.session, sa.select(Subscription.id).where(*where))
-            for sub_id, tenant in self._core(removed_rows.returning(_TABLE.c.id, _TABLE.c.tenant)):
+            returned = self._core(removed_rows.returning(_TABLE.c.id, _TABLE.c.tenant))
+            for sub_id, tenant in map(tuple, returned):
                 removed.setdefault(str(tenant), []).append(int(sub_id))
             for made in removed.values():
                 made.sort()
