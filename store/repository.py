@@ -269,11 +269,14 @@ class SubscriptionRepository(RoutingReads):
             gone = removed_rows.returning(
                 _TABLE.c.id, *(_TABLE.c[name] for name in CHANGE_COLUMNS)
             ).cte("gone")
+            # In the order the rows are deleted (no sort: a mass removal's rows, wide with
+            # their patterns, spilled a sort to disk, and its cost estimate had PostgreSQL
+            # compile the statement with JIT; together some 0.2 CPU s per 100,000 rows).
             logged = sa.insert(ChangeLog).from_select(
                 ["op", "subscription_id", *CHANGE_COLUMNS],
                 sa.select(
                     sa.literal("remove"), gone.c.id, *(gone.c[name] for name in CHANGE_COLUMNS)
-                ).order_by(gone.c.id),
+                ),
             )
             ids = sa.func.array_agg(aggregate_order_by(gone.c.id, gone.c.id))
             query = (
