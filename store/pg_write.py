@@ -143,15 +143,16 @@ def flush(
 
     The statistics go here, in a statement after the removals', so that its snapshot
     holds every statistics row a flush wrote before a removal took its subscription's
-    lock (a flush skips the rows a removal holds: ``store.stats``); the ids travel as one
-    array literal, which a removal of 100,000 sends in a fraction of the time a list
-    parameter takes to adapt."""
+    lock (a flush skips the rows a removal holds: ``store.stats``). The ids travel as one
+    array literal (a list parameter of 100,000 took longer to adapt than the delete) and
+    are joined, not matched with ``= ANY``, which the planner estimates element by
+    element (twice the CPU)."""
     params: list[Any] = []
     ctes: list[str] = []
     if forget:
         ctes.append(
-            "forgot AS (DELETE FROM subscription_stats "
-            "WHERE subscription_id = ANY(%s::text::bigint[]))"
+            "forgot AS (DELETE FROM subscription_stats st USING unnest(%s::text::bigint[]) "
+            "AS f(id) WHERE st.subscription_id = f.id)"
         )
         params.append("{" + ",".join(map(str, forget)) + "}")
     if changes:
