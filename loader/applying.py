@@ -4,15 +4,15 @@ once (``RoutingTable.apply``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Final, cast
 
 from loader.catalog import Entry
 from loader.engines import subscribe_everywhere
 from loader.groups import Class
 from loader.state import Snapshot, TableState
 from matcher import CapacityError
-from store.records import HEADERS_DIALECT, Change, headers_from_pattern
+from store.records import HEADERS_DIALECT, Change, Removals, headers_from_pattern
 
 #: Changes ``apply`` applies per hold of the applier lock, and the pause between two
 #: slices: a slice of removals takes a few milliseconds, so a match waiting for the GIL
@@ -24,10 +24,15 @@ APPLY_PAUSE_S: Final = 0.001
 class Applying(TableState):
     """The writes of a ``RoutingTable``, one applier at a time."""
 
-    def apply(self, changes: Iterable[Change], progress: Callable[[], object] | None = None) -> int:
+    def apply(
+        self,
+        changes: Iterable[Change | Removals],
+        progress: Callable[[], object] | None = None,
+    ) -> int:
         """Apply changes in order; returns how many changed something. Idempotent: an add
         already present or a remove of an absent id is skipped (only its seq is recorded,
         and the add's expiry: an expiry set or cleared is logged as an add of the row).
+        ``Removals`` are removes read as ids (``RoutingReads.changes_in``).
 
         The catalog learns of an add before the matchers and forgets a remove after them,
         so an id a reader gets from a match always has its subscriber in the catalog.
@@ -36,36 +41,42 @@ class Applying(TableState):
         slice's last seq, the applier lock is released and this thread sleeps
         ``APPLY_PAUSE_S`` (the GIL goes to the matches waiting for it) before the next, so
         a mass removal never holds matching for longer than one slice. A run of removes or
-        of topic adds within a slice is applied at once (``_remove_run``, ``_add_run``: the
+        of topic adds within a slice is applied at once (``_remove_ids``, ``_add_run``: the
         catalog searched and mutated once for all of them, each engine told in one call per
         (tenant, dialect)). ``progress`` is called after every slice.
         """
-        batch = changes if isinstance(changes, Sequence) else list(changes)
         applied = 0
         refused: list[int] = []
         error: CapacityError | None = None
-        for start in range(0, len(batch), APPLY_SLICE):
-            if start:
+        for k, part in enumerate(_slices(changes, APPLY_SLICE)):
+            if k:
                 time.sleep(APPLY_PAUSE_S)
-            part = batch[start : start + APPLY_SLICE]
             with self._apply_lock:
-                k = 0
-                while k < len(part):
-                    kind = _run_kind(part[k])
-                    end = k + 1
-                    while kind != "headers" and end < len(part) and _run_kind(part[end]) == kind:
+                i = 0
+                while i < len(part):
+                    item = part[i]
+                    if isinstance(item, Removals):
+                        applied += self._remove_ids(item.ids, item.seqs[-1])
+                        i += 1
+                        continue
+                    kind = _run_kind(item)
+                    end = i + 1
+                    while kind != "headers" and end < len(part):
+                        following = part[end]
+                        if isinstance(following, Removals) or _run_kind(following) != kind:
+                            break
                         end += 1
+                    run = cast(list[Change], part[i:end])
                     if kind == "remove":
-                        applied += self._remove_run(part[k:end])
+                        applied += self._remove_ids([c.subscription_id for c in run], run[-1].seq)
                     else:
-                        run = part[k:end]
                         added, not_served, last_error = (
                             self._add_run(run) if kind == "add" else self._add(run[0])
                         )
                         applied += added
                         refused += not_served
                         error = last_error or error
-                    k = end
+                    i = end
                 catalog = self._catalog
                 settled = catalog.entries.settled()
                 if settled is not catalog.entries:
@@ -102,7 +113,7 @@ class Applying(TableState):
             # Not served, and out of the catalog again, so the store's range and the
             # catalog's differ: each reconciliation offers it anew, and it goes in once
             # removals make room. The applier goes on. (Its group membership stays, as
-            # the store has it: see _remove_run.)
+            # the store has it: see _remove_ids.)
             self.groups.unserve([sub_id])
             self._catalog = Snapshot(max(catalog.seq, change.seq), catalog.entries)
             self._set_subscriber(sub_id, None, 0)
@@ -201,44 +212,35 @@ class Applying(TableState):
             self._topic[key] = {self._primary: matchers[self._primary]}
         return refused, error
 
-    def _remove_run(self, run: Sequence[Change]) -> int:
-        """Consecutive removes (under the applier lock): the catalog searched once for all
-        of them, the engines told per (tenant, dialect), then the catalog without them
-        published at the run's last seq. Returns how many were present."""
+    def _remove_ids(self, ids: Sequence[int], seq: int) -> int:
+        """Consecutive removes of ``ids``, the last at ``seq`` (under the applier lock): the
+        catalog searched once for all of them (it says each one's tenant and dialect: a
+        remove needs nothing else), the engines told per (tenant, dialect), then the
+        catalog without them published at ``seq``. Returns how many were present."""
         catalog = self._catalog
         groups = self.groups
-        gone: dict[int, Change] = {}
-        for change, here in zip(
-            run, catalog.entries.present([c.subscription_id for c in run]), strict=True
-        ):
-            sub_id = change.subscription_id
-            if not here:  # a refused add, whose group membership the store still had
-                groups.remove(sub_id)
-            else:
-                gone.setdefault(sub_id, change)
+        by_key = catalog.entries.tables_of(ids)
+        gone = [sub_id for same in by_key.values() for sub_id in same]
+        if len(gone) < len(ids):
+            here = set(gone)
+            # A refused add, whose group membership the store still had.
+            groups.remove_many([sub_id for sub_id in ids if sub_id not in here])
         quiet, swaps = groups.leaving(gone)
         unserved: list[int] = []
         for found, route in swaps:  # a class's route leaves, its other members stay
             unserved += self._swap_route(found, route)
-        by_key: dict[tuple[str, str, str], list[int]] = {}
-        for sub_id, change in gone.items():
-            if sub_id not in quiet:
-                key = (change.kind, change.tenant, change.dialect)
-                same = by_key.get(key)
-                if same is None:
-                    by_key[key] = [sub_id]
-                else:
-                    same.append(sub_id)
-        for (kind, tenant, dialect), ids in by_key.items():
-            self._unindex_many(kind, tenant, dialect, ids)
+        for (tenant, dialect), same in by_key.items():
+            kind = "headers" if dialect == HEADERS_DIALECT else "topic"
+            if quiet:
+                same = [sub_id for sub_id in same if sub_id not in quiet]
+            self._unindex_many(kind, tenant, dialect, same)
         entries = catalog.entries
         if gone or unserved:
             removed = sorted(gone)
             groups.left(removed, swaps)
-            for sub_id in removed:
-                groups.remove(sub_id)  # groups: after the matchers forgot it
+            groups.remove_many(removed)  # groups: after the matchers forgot them
             entries = entries.without(sorted({*removed, *unserved}))
-        self._catalog = Snapshot(max(catalog.seq, run[-1].seq), entries)
+        self._catalog = Snapshot(max(catalog.seq, seq), entries)
         by_id, far = self._by_id, self._far
         size = len(by_id)
         for sub_id in [*gone, *unserved]:  # _set_subscriber(sub_id, None, 0), inlined
@@ -303,6 +305,31 @@ class Applying(TableState):
             unsubscribe = matcher.unsubscribe
             for sub_id in ids:
                 unsubscribe(sub_id)
+
+
+def _slices(changes: Iterable[Change | Removals], size: int) -> Iterator[list[Change | Removals]]:
+    """``changes`` in lists of ``size`` changes (a ``Removals`` counts its ids, and is cut
+    where a slice ends)."""
+    part: list[Change | Removals] = []
+    room = size
+    for item in changes:
+        if not isinstance(item, Removals):
+            part.append(item)
+            room -= 1
+        else:
+            while len(item) > room:
+                part.append(item[:room])
+                yield part
+                item = item[room:]
+                part, room = [], size
+            if len(item):
+                part.append(item)
+                room -= len(item)
+        if not room:
+            yield part
+            part, room = [], size
+    if part:
+        yield part
 
 
 def _run_kind(change: Change) -> str:

@@ -141,6 +141,13 @@ class GroupIndex:
             index.add_member(*member)
         return index
 
+    def remove_many(self, ids: Iterable[int]) -> None:
+        """``remove`` of each of ``ids`` (nothing to do when no subscription is in a
+        group: a mass removal of ungrouped ones pays no lookup per id)."""
+        if self._group_of:
+            for sub_id in ids:
+                self.remove(sub_id)
+
     def remove(self, sub_id: int) -> None:
         """Forget a removed subscription's membership (after the matchers did, and after
         ``left``)."""
@@ -225,6 +232,8 @@ class GroupIndex:
         each class whose route leaves while members stay, with its next route: the table
         subscribes that one, then unsubscribes the old, then calls ``left``."""
         gone: dict[Class, set[int]] = {}
+        if not self._class_of:
+            return set(), []
         for sub_id in ids:
             served = self._class_of.get(sub_id)
             if served is not None:
@@ -242,6 +251,8 @@ class GroupIndex:
         rings, each swapped class's route the new one, empty classes gone."""
         for found, route in swaps:
             found.route = route
+        if not self._class_of:
+            return
         gone: dict[Class, list[int]] = {}
         for sub_id in ids:
             served = self._class_of.get(sub_id)

@@ -40,7 +40,7 @@ from loader.table import RoutingTable
 from matcher import Limits
 from matcher.base import gc_paused
 from store.db import CHANGES_CHANNEL, Database
-from store.records import Change
+from store.records import Change, Removals
 from store.repository import SubscriptionRepository
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,11 @@ _OPEN: Final = sys.maxsize
 RECONCILE_BEHIND: Final = PAGE
 #: Changes applied incrementally before the heap is settled again (at least).
 SETTLE_EVERY: Final = 50_000
+
+
+def _last_seq(change: Change | Removals) -> int:
+    """The newest seq of one item of ``RoutingReads.changes_in``."""
+    return change.seqs[-1] if isinstance(change, Removals) else change.seq
 
 
 def _follow(seq: int, changes: Sequence[Change]) -> bool:
@@ -222,11 +227,13 @@ class Loader:
             with gc_paused():
                 with self.db.read_alone() as session:
                     repo = SubscriptionRepository(session)
-                    changes = repo.changes_since(cursor, PAGE, upto=end)
-                    if len(changes) == PAGE:
+                    changes = repo.changes_in(cursor, end)
+                    read = sum(len(c) if isinstance(c, Removals) else 1 for c in changes)
+                    last = _last_seq(changes[-1]) if changes else 0
+                    if read == PAGE:
                         newest = None
-                    elif announced and changes and changes[-1].seq >= announced:
-                        newest = changes[-1].seq
+                    elif announced and last >= announced:
+                        newest = last
                     else:
                         newest = repo.last_seq()
                 if changes:

@@ -138,17 +138,14 @@ class SubscriptionStats(Base):
     seconds (``store.stats``), so the row is the sum over replicas and workers. Apart from
     the subscription row on purpose: a flush touches neither the subscription table nor
     the change log, and takes no writer lock. A subscription never matched has no row. Its
-    row goes with the subscription: ``ON DELETE CASCADE`` on PostgreSQL; DuckDB has no
-    cascade (nor this foreign key), so there the removal deletes it
-    (``store.repository``)."""
+    row goes with the subscription: the removal deletes it (``store.repository``), in one
+    statement for all the ids it removed; no foreign key, whose cascade PostgreSQL runs
+    as a statement per deleted subscription (``0009_stats_without_cascade``)."""
 
     __tablename__ = "subscription_stats"
 
     subscription_id: Mapped[int] = mapped_column(
-        sa.BigInteger,
-        sa.ForeignKey("subscription.id", ondelete="CASCADE"),
-        primary_key=True,
-        autoincrement=False,
+        sa.BigInteger, primary_key=True, autoincrement=False
     )
     matches: Mapped[int] = mapped_column(sa.BigInteger)
     last_matched_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))

@@ -62,13 +62,14 @@ class Pending:
     #: since (``usage`` = stored + moved).
     stored: dict[str, int] = field(default_factory=dict)
     moved: dict[str, int] = field(default_factory=dict)
+    #: Removed subscriptions whose statistics rows go at commit: one statement for all of
+    #: a group's removals (on PostgreSQL the commit's own, after the removals took their
+    #: rows' locks), not one per removal.
+    forget: list[int] = field(default_factory=list)
     #: Ring the doorbell at commit (a change was logged).
     ring: bool = False
     #: Changes were logged by a statement of their own, not from ``changes``.
     logged_elsewhere: bool = False
-    #: Removed subscriptions whose statistics go at commit (DuckDB, which has no cascading
-    #: foreign key): one statement for a group's removals, not one per removal.
-    forgotten: list[int] = field(default_factory=list)
 
 
 def pending(session: Session) -> Pending:
@@ -96,11 +97,6 @@ def move(session: Session, deltas: dict[str, int]) -> None:
         moved[tenant] = moved.get(tenant, 0) + delta
 
 
-def forget(session: Session, sub_id: int) -> None:
-    """Delete ``sub_id``'s statistics at commit (DuckDB's single removals)."""
-    pending(session).forgotten.append(sub_id)
-
-
 def flush_changes(session: Session) -> None:
     """Insert the pending change rows now, before a statement that logs changes itself
     (the transaction's changes are then known only to the log: see ``flush``; the doorbell
@@ -112,9 +108,15 @@ def flush_changes(session: Session) -> None:
     rows.logged_elsewhere = rows.ring = True
 
 
+def forget(session: Session, ids: Sequence[int]) -> None:
+    """Delete the statistics rows of the removed subscriptions ``ids`` at commit (a
+    removal by a selection on DuckDB deletes its own at once: ``store.stats.forget``)."""
+    pending(session).forget.extend(ids)
+
+
 def flush(session: Session) -> None:
     """Write everything pending: change rows in order, the counters, audit rows, the
-    doorbell on PostgreSQL."""
+    removed subscriptions' statistics and the doorbell on PostgreSQL."""
     rows = session.info.pop(_KEY, None)
     if rows is None:
         return
@@ -140,15 +142,17 @@ def flush(session: Session) -> None:
                 connection.execute(_USAGE_INSERT, values)
     if rows.audit:
         connection.execute(sa.insert(AuditLog), rows.audit)
-    if rows.forgotten:
-        connection.execute(_FORGET, {"ids": rows.forgotten})
+    if rows.forget:
+        connection.execute(_FORGET, {"ids": rows.forget})
 
 
 def _flush_postgres(session: Session, connection: sa.Connection, rows: Pending) -> None:
     """``flush`` as one statement (``store.pg_write.flush``)."""
-    if not (rows.changes or rows.audit or rows.ring or any(rows.moved.values())):
+    if not (rows.changes or rows.audit or rows.ring or rows.forget or any(rows.moved.values())):
         return
-    stored = pg_write.flush(connection, rows.changes, rows.moved, rows.audit, rows.ring)
+    stored = pg_write.flush(
+        connection, rows.changes, rows.moved, rows.audit, rows.ring, rows.forget
+    )
     if rows.changes and not rows.logged_elsewhere:
         _committed(session, rows, stored)
 

@@ -108,6 +108,23 @@ class Change(SubscriptionFields, _ChangeHead):
     subscription's (``Change(seq, op, id, tenant, subscriber, pattern, ...)``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Removals:
+    """Consecutive ``remove`` changes of the log, as columns: ``seqs[k]`` removed
+    ``ids[k]``, seqs ascending. What a loader needs of a remove is its id (it knows the rest
+    from its own catalog), so a mass removal's 100,000 changes are read as two lists of
+    ints, not 100,000 ``Change`` objects (``RoutingReads.changes_in``)."""
+
+    seqs: list[int]
+    ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, part: slice) -> Removals:
+        return Removals(self.seqs[part], self.ids[part])
+
+
 def _criterion_order(criterion: tuple[str, str | None]) -> tuple[str, bool, str]:
     field, value = criterion
     return (field, value is not None, value or "")

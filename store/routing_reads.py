@@ -4,9 +4,9 @@ is given; ``SubscriptionRepository`` adds the writes and the admin reads on top.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from matcher.groups import Policy, check_policy
 from store.columns import read_columns
 from store.models import ChangeLog, Subscription
-from store.records import Change, criteria_tuple
+from store.records import Change, Removals, criteria_tuple
 from store.staging import NEW_COLUMNS
 
 #: Columns copied from a subscription into its change_log rows.
@@ -157,6 +157,43 @@ class RoutingReads:
             for seq_, op, sub_id, t, s, p, d, k, c, m, *grouped in rows
         ]
 
+    def changes_in(self, after: int, upto: int) -> list[Change | Removals]:
+        """The changes with ``after < seq <= upto``, oldest first, for a loader: each run of
+        consecutive removes as one ``Removals`` (their seqs and ids only), the adds as
+        ``Change``. Two index range scans of the window, one per op: a mass removal's
+        changes cost two ints each to read, not a row of every column and an object."""
+        table = ChangeLog.__table__
+        window = (table.c.seq > after, table.c.seq <= upto)
+        removes = self.session.execute(
+            sa.select(table.c.seq, table.c.subscription_id)
+            .where(*window, table.c.op == "remove")
+            .order_by(table.c.seq)
+        ).all()
+        added = self.session.execute(
+            sa.select(table.c.seq, table.c.subscription_id, *(table.c[n] for n in CHANGE_COLUMNS))
+            .where(*window, table.c.op == "add")
+            .order_by(table.c.seq)
+        ).all()
+        adds = [
+            Change(seq_, "add", sub_id, t, s, p, d, k, criteria_tuple(c), m, *grouped)
+            for seq_, sub_id, t, s, p, d, k, c, m, *grouped in added
+        ]
+        if not adds:
+            return [_removals(removes)] if removes else []
+        out: list[Change | Removals] = []
+        i = 0
+        for add in adds:
+            j = i
+            while j < len(removes) and removes[j][0] < add.seq:
+                j += 1
+            if j > i:
+                out.append(_removals(removes[i:j]))
+                i = j
+            out.append(add)
+        if i < len(removes):
+            out.append(_removals(removes[i:]))
+        return out
+
     def last_seq(self) -> int:
         """The newest change's sequence number (0 when there is none)."""
         seq = self.session.execute(sa.select(sa.func.max(ChangeLog.seq))).scalar()
@@ -179,3 +216,9 @@ class RoutingReads:
         if created_at is None:
             return int(newest or 0), 0.0
         return int(newest or 0), max(0.0, (now - created_at).total_seconds())
+
+
+def _removals(rows: Sequence[Any]) -> Removals:
+    """(seq, id) rows as one ``Removals``."""
+    seqs, ids = zip(*rows, strict=True)
+    return Removals(list(seqs), list(ids))

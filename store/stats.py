@@ -30,8 +30,9 @@ MATCHES: Final = sa.func.coalesce(STATS.c.matches, 0)
 # twice (a process's map and arrays), so they are summed first. Ids whose subscription is
 # gone are dropped by the join. On PostgreSQL the subscription rows are key-share locked
 # in id order, skipping rows a removal holds: a flush racing a removal neither waits for
-# it nor writes a row the cascade would miss, and two replicas' flushes lock statistics
-# rows in the same order (no deadlock).
+# it nor writes a row the removal's delete of statistics (at its commit, after it took
+# the rows: ``store.pending.forget``) would miss, and two replicas' flushes lock
+# statistics rows in the same order (no deadlock).
 _ADD: Final = """
 INSERT INTO subscription_stats (subscription_id, matches, last_matched_at)
 SELECT s.id, d.n, to_timestamp(d.t)
@@ -70,8 +71,9 @@ def add_counts(
 
 
 def forget(session: Session, ids: sa.Select[Any]) -> None:
-    """Delete the statistics of the subscriptions ``ids`` selects (DuckDB's removals; on
-    PostgreSQL the foreign key's cascade does it)."""
+    """Delete the statistics of the subscriptions ``ids`` selects (DuckDB's removals, in
+    process under the writer lock; PostgreSQL's delete theirs at commit:
+    ``store.pending.forget``)."""
     session.execute(STATS.delete().where(STATS.c.subscription_id.in_(ids.scalar_subquery())))
 
 

@@ -20,7 +20,7 @@ from loader.applying import APPLY_SLICE
 from loader.repairing import as_change
 from matcher import CapacityError, MatcherError, create_matcher
 from matcher.cache import CachedMatcher
-from store.records import Change, headers_pattern
+from store.records import Change, Removals, headers_pattern
 from tests.matcher.native_capacity import lower_capacity
 
 TENANTS = st.sampled_from(["t1", "t2"])
@@ -65,6 +65,26 @@ class TableAgrees(RuleBasedStateMachine):
         self.seq += 1
         entry = self.model.pop(sub_id, Entry("t1", "a", "amqp", "x"))
         self.table.apply([as_change(self.seq, "remove", sub_id, entry)])
+
+    @rule(ids=st.lists(IDS, max_size=5), new=IDS, add_first=st.booleans())
+    def remove_ids(self, ids: list[int], new: int, add_first: bool) -> None:
+        """Removes read as ids (``Removals``: the table finds each one's tenant and dialect
+        itself), some absent or twice, next to an add."""
+        first, self.seq = self.seq + 1, self.seq + len(ids) + 1
+        entry = Entry("t2", "a", "amqp", "x.#")
+        if add_first:
+            removals = Removals(list(range(first + 1, self.seq + 1)), ids)
+            self.table.apply([as_change(first, "add", new, entry), removals])
+            self.model.setdefault(new, entry)
+            for sub_id in ids:
+                self.model.pop(sub_id, None)
+        else:
+            removals = Removals(list(range(first, self.seq)), ids)
+            self.table.apply([removals, as_change(self.seq, "add", new, entry)])
+            for sub_id in ids:
+                self.model.pop(sub_id, None)
+            self.model.setdefault(new, entry)
+        assert self.table.seq == self.seq
 
     @rule()
     def keep_snapshot(self) -> None:
@@ -270,9 +290,10 @@ def test_capacity_checks_reach_the_engine_behind_a_result_cache() -> None:
     table.check_room([("t", "headers", "x"), ("u", "amqp", "w2.#")])  # other groups
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["changes", "removals"])
 @pytest.mark.parametrize("fold_min", [loader.catalog.FOLD_MIN, 500])
 def test_a_mass_removal_applies_in_slices_and_leaves_exactly_the_rest(
-    monkeypatch: pytest.MonkeyPatch, fold_min: int
+    monkeypatch: pytest.MonkeyPatch, fold_min: int, compact: bool
 ) -> None:
     """A run of adds (one already present, one twice), then thousands of removes in one
     ``apply`` (ids of the bulk-built base and of the delta, one removed twice, one never
@@ -313,8 +334,21 @@ def test_a_mass_removal_applies_in_slices_and_leaves_exactly_the_rest(
     for k, change in enumerate(changes):
         changes[k] = replace(change, seq=3 + k)
     published: list[int] = []
+    given: list[Change | Removals] = list(changes)
+    if compact:  # each run of removes as the loader reads it (RoutingReads.changes_in)
+        given = []
+        for change in changes:
+            last = given[-1] if given else None
+            if change.op == "add":
+                given.append(change)
+            elif isinstance(last, Removals):
+                last.seqs.append(change.seq)
+                last.ids.append(change.subscription_id)
+            else:
+                given.append(Removals([change.seq], [change.subscription_id]))
+        assert len(given) == 3
 
-    assert table.apply(changes, lambda: published.append(table.seq)) == len(doomed) + 1
+    assert table.apply(given, lambda: published.append(table.seq)) == len(doomed) + 1
 
     for i in doomed:
         del expected[i]

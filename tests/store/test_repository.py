@@ -19,6 +19,7 @@ from store import (
     validate,
 )
 from store.export import export_parquet
+from store.records import Removals
 
 
 def _add(db: Database, *items: NewSubscription) -> list[tuple[int, bool]]:
@@ -144,6 +145,33 @@ def test_remove_and_tenant_isolation(database: Database) -> None:
             ("remove", ids[1]),
         ]
         assert removes[0].pattern == "c" and removes[0].subscriber == "q2"
+
+
+def test_changes_in_reads_runs_of_removes_as_ids(database: Database) -> None:
+    """A loader's read of a window of the log: adds as full changes, each run of removes
+    between them as one ``Removals`` of its seqs and ids, in seq order; the window's
+    bounds hold (``after`` excluded, ``upto`` included)."""
+    ids = [i for i, _ in _add(database, *(NewSubscription("q1", f"p{k}") for k in range(4)))]
+    with database.write() as session:
+        assert SubscriptionRepository(session).remove_subscriber("default", "q1") == ids
+    (late,) = [i for i, _ in _add(database, NewSubscription("q2", "z"))]
+    with database.write() as session:
+        assert SubscriptionRepository(session).remove(ids[0]) is None
+        assert SubscriptionRepository(session).remove(late) is not None
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        every = repo.changes_since(0)
+        seqs = [c.seq for c in every]
+        assert [c.op for c in every] == ["add"] * 4 + ["remove"] * 4 + ["add", "remove"]
+        read = repo.changes_in(seqs[2], seqs[-1])
+        assert read == [
+            every[3],
+            Removals(seqs[4:8], ids),
+            every[8],
+            Removals(seqs[9:], [late]),
+        ]
+        assert repo.changes_in(seqs[4], seqs[6]) == [Removals(seqs[5:7], ids[1:3])]
+        assert repo.changes_in(seqs[-1], seqs[-1] + 10) == []
 
 
 def test_list_filters_and_keyset_pagination(database: Database) -> None:

@@ -1,13 +1,18 @@
 """The match statistics in the store on both backends: a flush adds deltas (repeated ids
 summed, the later last time kept, removed subscriptions skipped), listings read them, and a
-subscription's row goes with it (PostgreSQL's cascade, DuckDB's delete)."""
+subscription's row goes with it (its removal deletes it: at the commit on PostgreSQL, at once
+on DuckDB)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from datetime import UTC, datetime
 
+import pytest
 import sqlalchemy as sa
 
+from harness.services import reset_postgres
 from store import Database, NewSubscription, SubscriptionRepository
 from store.stats import add_counts, most_matched
 
@@ -90,3 +95,39 @@ def _last_seq(db: Database) -> int:
         return int(
             conn.execute(sa.text("SELECT coalesce(max(seq), 0) FROM change_log")).scalar_one()
         )
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["one", "a subscriber's"])
+def test_a_removal_waits_out_a_flush_that_holds_its_rows_on_postgres(
+    postgres_url: str, many: bool
+) -> None:
+    """A flush that key-share locked a subscription and wrote its first statistics row
+    before a removal of it: the removal waits for that flush to commit and then deletes the
+    row too (its statistics go at its commit, in a statement that sees the flush's row),
+    so no statistics row outlives its subscription (there is no foreign key to cascade)."""
+    reset_postgres(postgres_url)
+    db = Database(postgres_url)
+    try:
+        with db.write() as session:
+            sub = SubscriptionRepository(session).insert(NewSubscription("racer", "race.#"))
+        flushing = db.sessions()
+        flushing.begin()
+        add_counts(flushing, [sub.id], [1], [T0], postgres=True)  # not committed yet
+
+        def remove() -> list[int]:
+            with db.write() as session:
+                repo = SubscriptionRepository(session)
+                if many:
+                    return repo.remove_subscriber("default", "racer")
+                return [] if repo.remove(sub.id) is None else [sub.id]
+
+        with ThreadPoolExecutor(1) as pool:
+            removed = pool.submit(remove)
+            with pytest.raises(FutureTimeoutError):
+                removed.result(timeout=0.5)  # held by the flush's lock
+            flushing.commit()
+            flushing.close()
+            assert removed.result(timeout=30) == [sub.id]
+        assert _stats(db) == {}
+    finally:
+        db.dispose()
