@@ -1,8 +1,9 @@
 """Exactly once under faults: ``topicstore route --follow`` run as a user runs it, in its
 own process group, killed with SIGKILL (driver and its JVM at once) first in the middle of a
 micro-batch's write and then between the batch's write and its commit; restarted on the same
-checkpoint each time, it finishes, and its table holds exactly the rows the batch ``route``
-writes for the same messages and subscriptions: none missing, none twice.
+checkpoint each time (the last time by the same command in the test's process, on its Spark
+session), it finishes, and its table holds exactly the rows the batch ``route`` writes for
+the same messages and subscriptions: none missing, none twice.
 
 The second point is a few milliseconds wide, so the test holds the driver there from
 outside rather than through a fault hook in the product: once Spark has started writing the
@@ -24,8 +25,10 @@ from typing import Final
 
 import pytest
 from pyspark.sql import SparkSession
+from typer.testing import CliRunner
 
 from harness.server import service_environment, topicstore_command
+from pipeline.cli import app
 from pipeline.job import RouteJob
 from pipeline.job import run as route
 from tests.pipeline.conftest import generate
@@ -128,17 +131,13 @@ def test_a_stream_killed_mid_batch_and_before_its_commit_delivers_each_message_o
     hold.unlink()
     assert _committed(out, 0) and not _committed(out, 1)
 
+    # The last restart is the same command in this process, on the shared session: a new
+    # driver on the same checkpoint as well, without a third JVM to start.
     land(landing, "f2.jsonl", files[2])
-    finish = subprocess.run(
-        [*topicstore_command(), "route", *args, "--available-now"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
-    assert finish.returncode == 0, finish.stdout + finish.stderr
-    assert "batch 1:" in finish.stdout and "batch 2:" in finish.stdout, finish.stdout
+    finish = CliRunner().invoke(app, ["route", *args, "--available-now"])
+    assert finish.exit_code == 0, finish.output
+    assert "batch 1:" in finish.output and "batch 2:" in finish.output, finish.output
+    assert "batch 0:" not in finish.output, finish.output  # committed before the kill
 
     # The batch route over the same files and the same (unchanged) store.
     batch = tmp_path / "batch"
