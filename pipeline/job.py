@@ -157,13 +157,14 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
     broadcast = spark.sparkContext.broadcast(snapshot.plan)
     stages.done("plan")
     try:
-        counted, by_reason = stage_routed(
-            messages, broadcast, snapshot.rejects, staged, job.max_output_rows
+        written = stage_routed(
+            messages, broadcast, snapshot.rejects, out, staged, job.max_output_rows
         )
+        counted, by_reason = written.totals, written.rejects_by_reason
         stages.done("route_and_write")
         version, _ = delta.commit(
             out,
-            staged,
+            written.files,
             replace=True,
             metadata={"writer": "route", "change_seq": snapshot.seq, **counted},
         )
