@@ -154,7 +154,7 @@ def stage_routed(
     its base, and ships the store's changes as a small second one (``pipeline.changes``)."""
     parallelism = _parallelism(messages.sparkSession)
     _split(messages.sparkSession, parallelism)
-    written = transforms.stage(
+    returned = transforms.stage(
         _spread(messages, parallelism),
         plan,
         table,
@@ -162,8 +162,8 @@ def stage_routed(
         max_output_rows,
         changes=changes,
     ).collect()
-    totals = {name: sum(row[name] for row in written) for name in TOTALS}
-    files = [Path(row["path"]) for row in written if row["path"] is not None]
+    totals = {name: sum(row[name] for row in returned) for name in TOTALS}
+    files = [Path(row["path"]) for row in returned if row["path"] is not None]
     if sub_rejects:
         rows = io.subscription_reject_rows(sub_rejects)
         written = delta.write_rows(staged, delta.REJECTS, rows, "subscriptions.parquet")

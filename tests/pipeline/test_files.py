@@ -3,6 +3,7 @@ and day, files a Delta commit accepts, each task's own files and totals."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def _router() -> Router:
     return Router(plan)
 
 
-def _batch(rows: list[tuple[str | None, str, datetime | None, str | None]]) -> pa.RecordBatch:
+def _batch(rows: Sequence[tuple[str, str, datetime | None, str | None]]) -> pa.RecordBatch:
     """Messages in the ROUTE_INPUT layout: (message_id, topic, ts, upstream reason)."""
     string = pa.string()
     return pa.RecordBatch.from_pydict(
