@@ -92,9 +92,11 @@ def locate_table(path: Path) -> Path:
 
 
 def stage(table: Path, label: str) -> Path:
-    """A new directory under ``table`` for one write's files (not created: the writers
-    create what they write in)."""
-    return table / f"{label}-{uuid.uuid4().hex[:12]}"
+    """A new directory under ``table`` for one write's files, created (so that a write in
+    progress shows as soon as it starts)."""
+    staged = table / f"{label}-{uuid.uuid4().hex[:12]}"
+    staged.mkdir(parents=True)
+    return staged
 
 
 def _partition_values(relative: Path) -> dict[str, str | None]:
