@@ -75,6 +75,12 @@ def _staged(out: Path, batch: int) -> Path | None:
     return next(iter(out.glob(f"batch-{batch}-*")), None)
 
 
+def _writing(out: Path, batch: int) -> bool:
+    """Whether the executors have started writing ``batch``'s files."""
+    staged = _staged(out, batch)
+    return staged is not None and any(staged.rglob("part-*.parquet"))
+
+
 def _reader_waiting(pipe: Path, opened: list[int]) -> bool:
     """Whether a reader is opening ``pipe``: then a writer can open it too (kept in
     ``opened``, so the reader then waits for data instead)."""
@@ -117,8 +123,8 @@ def test_a_stream_killed_mid_batch_and_before_its_commit_delivers_each_message_o
     follow = [*args, "--follow", "--trigger-interval", "0.2"]
     land(landing, "f0.jsonl", files[0])
     with _running(follow, env, log) as first:
-        first.wait_for("batch 0's staged files", lambda: _staged(out, 0))
-        first.kill()  # mid-batch: Spark is writing batch 0
+        first.wait_for("batch 0's staged files", lambda: _writing(out, 0))
+        first.kill()  # mid-batch: the executors are writing batch 0
     assert not _committed(out, 0)
 
     # Restarted, the stream runs batch 0 again (the same file), then batch 1 with f1.
