@@ -99,6 +99,11 @@ class Sizes:
     pipeline_messages: int
     pipeline_subscriptions: int
     pipeline_naive_sample: int
+    # route_scale: messages routed by the batch route and by the stream (landing as files of
+    # route_scale_file_messages), and seconds of the latency phase (a file a second)
+    route_scale_messages: int
+    route_scale_file_messages: int
+    route_scale_latency_s: int
     seed: int = DEFAULT_SEED
 
 
@@ -159,6 +164,9 @@ FULL: Final = Sizes(
     pipeline_messages=1_000_000,
     pipeline_subscriptions=10_000,
     pipeline_naive_sample=5_000,
+    route_scale_messages=10_000_000,
+    route_scale_file_messages=100_000,
+    route_scale_latency_s=60,
     api_subscriptions=100_000,
     api_seconds=5.0,
     api_batch_topics=1_000,
@@ -226,6 +234,9 @@ QUICK: Final = Sizes(
     pipeline_messages=2_000,
     pipeline_subscriptions=100,
     pipeline_naive_sample=100,
+    route_scale_messages=20_000,
+    route_scale_file_messages=10_000,
+    route_scale_latency_s=3,
     api_subscriptions=1_000,
     api_seconds=1.0,
     api_batch_topics=100,

@@ -219,6 +219,15 @@ def _pipeline(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
     )
 
 
+def _route_scale(engines: Sequence[str], sizes: Sizes) -> Iterator[Table]:
+    del engines  # the job's default engine, as `topicstore route` runs it
+    from bench.route_scale import run_route_scale  # Spark loads only for this table
+
+    yield run_route_scale(
+        sizes.route_scale_messages, sizes.route_scale_file_messages, sizes.route_scale_latency_s
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class BenchTable:
     """What a table measures (one line, for ``--help``) and the function that measures it."""
@@ -295,5 +304,9 @@ TABLES: Final[dict[str, BenchTable]] = {
     ),
     "pipeline": BenchTable(
         "msg/s of the Spark routing job against a naive cross join + rlike", _pipeline
+    ),
+    "route_scale": BenchTable(
+        "route and route --follow, 10M messages at 1.9 deliveries: msg/s, latency, files",
+        _route_scale,
     ),
 }

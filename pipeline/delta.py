@@ -8,10 +8,11 @@ fan-out queries read deliveries and unmatched together and never see one without
 other).
 
 How data gets in (``stage`` then ``commit``): Spark's executors write Parquet files into a
-directory of their own under the table (``stage``: a fresh name per attempt, so a retried
-write never meets an earlier attempt's files); the driver then commits those files to the
-log in one transaction (``commit``). Files no commit names are invisible to every Delta
-reader; a crash before the commit leaves them behind, and ``vacuum`` removes them.
+directory of their own under the table (``stage``: a fresh name per write, and a fresh file
+name per task attempt, ``pipeline.files``); the driver then commits the files the
+successful tasks named to the log in one transaction (``commit``). Files no commit names
+are invisible to every Delta reader; a crash before the commit leaves them behind, and
+``vacuum`` removes them.
 
 Idempotency: a commit may carry an application transaction (``app_id``, ``version``); a
 commit whose version is not above the table's recorded one for that app is skipped. A
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -91,9 +92,11 @@ def locate_table(path: Path) -> Path:
 
 
 def stage(table: Path, label: str) -> Path:
-    """A new directory under ``table`` for one write's files (not created: Spark's writer
-    creates it and refuses an existing one)."""
-    return table / f"{label}-{uuid.uuid4().hex[:12]}"
+    """A new directory under ``table`` for one write's files, created (so that a write in
+    progress shows as soon as it starts)."""
+    staged = table / f"{label}-{uuid.uuid4().hex[:12]}"
+    staged.mkdir(parents=True)
+    return staged
 
 
 def _partition_values(relative: Path) -> dict[str, str | None]:
@@ -108,19 +111,15 @@ def _partition_values(relative: Path) -> dict[str, str | None]:
     return values
 
 
-def _add_actions(table: Path, staged: Path) -> tuple[list[Any], int]:
-    """An ``AddAction`` per Parquet file under ``staged`` and their rows; Hadoop's ``.crc``
-    side files are removed (nothing reads them once the log names the files)."""
+def _add_actions(table: Path, files: Sequence[Path]) -> tuple[list[Any], int]:
+    """An ``AddAction`` per Parquet file of ``files`` (relative to ``table``) and their
+    rows."""
     from deltalake.transaction import AddAction
 
-    for crc in staged.rglob(".*.crc"):
-        crc.unlink()
     actions = []
     rows = 0
-    for file in sorted(staged.rglob("*.parquet")):
-        relative = file.relative_to(table)
-        if any(part.startswith(("_", ".")) for part in relative.parts):
-            continue  # a writer's leftovers (_temporary/) or hidden files
+    for relative in sorted(files):
+        file = table / relative
         meta = pq.read_metadata(file)
         _check_schema(meta.schema.to_arrow_schema(), file)
         stat = file.stat()
@@ -148,10 +147,12 @@ def _check_schema(found: pa.Schema, file: Path) -> None:
         )
 
 
-def write_rows(staged: Path, kind: str, rows: pa.Table, name: str) -> None:
-    """Write ``rows`` (``DATA_SCHEMA`` plus ``date``) into ``staged`` as Spark would: one
-    file per date under ``kind=KIND/date=DATE/``. For the few rows the driver makes itself
-    (rejected subscriptions), where a Spark job would cost more than the rows."""
+def write_rows(staged: Path, kind: str, rows: pa.Table, name: str) -> list[Path]:
+    """Write ``rows`` (``DATA_SCHEMA`` plus ``date``) into ``staged`` as the executors do:
+    one file per date under ``kind=KIND/date=DATE/``; returns the files. For the few rows the
+    driver makes itself (rejected subscriptions), where a Spark job would cost more than the
+    rows."""
+    written = []
     dates = rows.column("date").to_pylist()
     for day in sorted(set(dates), key=lambda d: (d is None, d)):
         mask = pa.array([d == day for d in dates])
@@ -161,6 +162,8 @@ def write_rows(staged: Path, kind: str, rows: pa.Table, name: str) -> None:
         pq.write_table(
             rows.filter(mask).select(DATA_SCHEMA.names).cast(DATA_SCHEMA), directory / name
         )
+        written.append(directory / name)
+    return written
 
 
 def committed_version(table: Path, app_id: str) -> int | None:
@@ -174,22 +177,23 @@ def committed_version(table: Path, app_id: str) -> int | None:
 
 def commit(
     table: Path,
-    staged: Path,
+    files: Sequence[Path],
     *,
     replace: bool = False,
     txn: tuple[str, int] | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> tuple[int | None, int]:
-    """Commit the files under ``staged`` to ``table`` (created when missing) in one
-    transaction: appended, or replacing every row (``replace``; earlier versions stay
-    readable until vacuumed). Returns the new table version, or None when ``txn``
-    (app id, version) was committed already (then nothing is written), and the rows.
+    """Commit ``files`` (Parquet files under ``table``, relative to it) to ``table``
+    (created when missing) in one transaction: appended, or replacing every row
+    (``replace``; earlier versions stay readable until vacuumed). Returns the new table
+    version, or None when ``txn`` (app id, version) was committed already (then nothing is
+    written), and the rows.
 
     ``metadata`` goes into the commit as ``topicstore.KEY`` entries (``history``)."""
     from deltalake import CommitProperties, DeltaTable, Schema, Transaction
     from deltalake.transaction import create_table_with_add_actions
 
-    actions, rows = _add_actions(table, staged) if staged.is_dir() else ([], 0)
+    actions, rows = _add_actions(table, files)
     properties = CommitProperties(
         custom_metadata={f"{META_PREFIX}{k}": v for k, v in (metadata or {}).items()},
         app_transactions=[Transaction(*txn)] if txn is not None else None,

@@ -123,24 +123,6 @@ def subscription_reject_rows(rejects: list[SubscriptionReject]) -> pa.Table:
     return table.cast(delta.DATA_SCHEMA).append_column("date", pa.nulls(n, pa.date32()))
 
 
-#: Parquet writer options of every table. Message ids are unique: a dictionary for them
-#: never pays (the writer builds one per column chunk, then falls back to plain), and
-#: building it was 8% of the JVM's samples on a 10M-message route.
-WRITE_OPTIONS: Final = {
-    "parquet.enable.dictionary#message_id": "false",
-    # The commit names the files; a _SUCCESS marker would only be litter in the table.
-    "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-}
-
-
-def write_staged(frame: DataFrame, staged: Path) -> None:
-    """Write ``frame`` (``transforms.table_rows``) as Parquet under ``staged``, a new
-    directory, partitioned as the routed table is (``kind=``, ``date=``)."""
-    frame.write.mode("errorifexists").partitionBy(*delta.PARTITIONS).options(
-        **WRITE_OPTIONS
-    ).parquet(str(staged))
-
-
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
     """Write the run summary atomically (a reader never sees half a file)."""
     partial = path.with_name(f".{path.name}.partial")

@@ -27,9 +27,10 @@ Bounds, each enforced where the row enters and reported by code as a reject row:
   each dialect's grammar (``empty_word``, ``wildcard_in_topic``, ...);
 * headers: ``HeaderLimits`` (64 fields, 255-byte names, 1,024-byte values);
 * timestamps: years 1 to 9999 (``invalid_ts``);
-* memory: ``schema.ARROW_BATCH_ROWS`` messages per Arrow batch into a Python worker and
-  ``schema.MAX_OUTPUT_ROWS`` deliveries (plus one message's fan-out) per batch back; the
-  subscriptions are broadcast whole, at most ``Limits.max_subscriptions`` per engine.
+* memory: ``codes.ARROW_BATCH_ROWS`` messages per Arrow batch into a Python worker,
+  ``codes.MAX_OUTPUT_ROWS`` deliveries (plus one message's fan-out) per routed batch, and
+  ``files.ROW_GROUP_ROWS`` rows buffered per file a worker writes (a file per kind and day);
+  the subscriptions are broadcast whole, at most ``Limits.max_subscriptions`` per engine.
 
 On a cluster: ``topicstore route --master spark://host:7077 ...`` (the driver runs where the
 command runs; the ``route`` service of docker-compose.yml is the worked example), or
@@ -157,13 +158,14 @@ def run(spark: SparkSession, job: RouteJob) -> RunSummary:
     broadcast = spark.sparkContext.broadcast(snapshot.plan)
     stages.done("plan")
     try:
-        counted, by_reason = stage_routed(
-            messages, broadcast, snapshot.rejects, staged, job.max_output_rows
+        written = stage_routed(
+            messages, broadcast, snapshot.rejects, out, staged, job.max_output_rows
         )
+        counted, by_reason = written.totals, written.rejects_by_reason
         stages.done("route_and_write")
         version, _ = delta.commit(
             out,
-            staged,
+            written.files,
             replace=True,
             metadata={"writer": "route", "change_seq": snapshot.seq, **counted},
         )

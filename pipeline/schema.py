@@ -64,6 +64,18 @@ ROUTED: Final = StructType(
 )
 
 ROUTED_NAMES: Final = tuple(ROUTED.fieldNames())
+#: What a staging task returns (``pipeline.files``): a row per file it wrote, then its
+#: totals.
+STAGED: Final = StructType(
+    [
+        StructField("path", StringType()),
+        StructField("rows", LongType(), nullable=False),
+        StructField("deliveries", LongType(), nullable=False),
+        StructField("matched", LongType(), nullable=False),
+        StructField("unmatched", LongType(), nullable=False),
+        StructField("rejected", LongType(), nullable=False),
+    ]
+)
 #: ``source`` of a reject row: which input it came from.
 MESSAGES_SOURCE: Final = "messages"
 SUBSCRIPTIONS_SOURCE: Final = "subscriptions"

@@ -3,9 +3,9 @@ stream (``pipeline.stream``): a snapshot of the subscriptions, and messages rout
 it into staged files of the routed table (``pipeline.delta``), ready for one commit.
 
 The matcher runs once per message and the routed rows are written in one pass, partitioned
-by ``kind`` and ``date``; the totals are observed while they are written (no job of their
-own), and rejected messages, when there are any, are counted by reason from the staged
-files.
+by ``kind`` and ``date``, by the Python workers that routed them (``pipeline.files``); the
+totals come back with the files' names (no job of their own), and rejected messages, when
+there are any, are counted by reason from the staged files.
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 from pyspark import Broadcast
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from matcher import HeaderLimits, Limits
 from pipeline import delta, io, transforms
 from pipeline.changes import PlanChanges
 from pipeline.errors import PipelineError
+from pipeline.files import TOTALS
 from pipeline.schema import MESSAGES_SOURCE
 from pipeline.subscriptions import SubscriptionPlan, SubscriptionReject, build_plan
 
@@ -84,6 +86,18 @@ def _parallelism(spark: SparkSession) -> int:
     return max(1, spark.sparkContext.defaultParallelism)
 
 
+#: Input splits per core: a file is read as this many tasks per core, so that the last ones
+#: do not leave a core idle (a 10M-message file made three tasks of two cores: a third of the
+#: run on one core) and each task's Python worker writes while the others route.
+SPLITS_PER_CORE: Final = 4
+
+
+def _split(spark: SparkSession, parallelism: int) -> None:
+    """Read files as at least ``SPLITS_PER_CORE`` tasks per core (Spark's own floor on the
+    splits of a file scan; a split is still at least one Parquet row group)."""
+    spark.conf.set("spark.sql.files.minPartitionNum", str(SPLITS_PER_CORE * parallelism))
+
+
 def _spread(frame: DataFrame, parallelism: int) -> DataFrame:
     """At least one partition per core: a single Parquet row group or JSON file would
     otherwise be routed by one Python worker while the others idle."""
@@ -99,46 +113,59 @@ def reason_counts(pairs: list[tuple[str, int]]) -> dict[str, int]:
     return counts
 
 
-def _rejects_by_reason(staged: Path, rejected: int) -> dict[str, int]:
+def _rejects_by_reason(table: Path, files: list[Path], rejected: int) -> dict[str, int]:
     """Rejected messages by reason, read from the staged rejects: one column of the rows
     the run set aside, no Spark job."""
-    directory = staged / f"kind={delta.REJECTS}"
-    if not rejected or not directory.is_dir():
+    rejects = [table / f for f in files if f.parts[1] == f"kind={delta.REJECTS}"]
+    if not rejected or not rejects:
         return {}  # the usual case: nothing to count
-    rows = ds.dataset(directory, format="parquet").to_table(
+    rows = ds.dataset([str(f) for f in rejects], format="parquet").to_table(
         columns=["reason"], filter=ds.field("source") == MESSAGES_SOURCE
     )
     return reason_counts(list(Counter(rows.column("reason").to_pylist()).items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """What a routing step staged: its totals (``files.TOTALS``), rejected messages by
+    reason, and the files to commit (relative to the table)."""
+
+    totals: dict[str, int]
+    rejects_by_reason: dict[str, int]
+    files: list[Path]
 
 
 def stage_routed(
     messages: DataFrame,
     plan: Broadcast[SubscriptionPlan],
     sub_rejects: list[SubscriptionReject],
+    table: Path,
     staged: Path,
     max_output_rows: int,
     changes: Broadcast[PlanChanges] | None = None,
-) -> tuple[dict[str, int], dict[str, int]]:
+) -> Staged:
     """Route ``messages`` (``transforms.normalize_messages``) against the broadcast ``plan``
     (with a stream's ``changes`` since it applied) and write every routed row, and
-    ``sub_rejects``, under ``staged``. Returns the totals (``transforms.routed_totals``) and
-    the rejected messages by reason.
+    ``sub_rejects``, under ``staged`` (a new directory of ``table``): the executors write
+    the files (``transforms.stage``), and the files the successful tasks name are the ones
+    to commit.
 
     The caller owns the broadcasts: a stream keeps its plan's for as long as the plan is
     its base, and ships the store's changes as a small second one (``pipeline.changes``)."""
-    routed = transforms.route(
-        _spread(messages, _parallelism(messages.sparkSession)),
+    parallelism = _parallelism(messages.sparkSession)
+    _split(messages.sparkSession, parallelism)
+    returned = transforms.stage(
+        _spread(messages, parallelism),
         plan,
+        table,
+        staged,
         max_output_rows,
         changes=changes,
-    )
-    totals = Observation("routed")
-    io.write_staged(
-        transforms.table_rows(routed.observe(totals, *transforms.routed_totals())), staged
-    )
-    counted: dict[str, int] = totals.get
+    ).collect()
+    totals = {name: sum(row[name] for row in returned) for name in TOTALS}
+    files = [Path(row["path"]) for row in returned if row["path"] is not None]
     if sub_rejects:
-        delta.write_rows(
-            staged, delta.REJECTS, io.subscription_reject_rows(sub_rejects), "subscriptions.parquet"
-        )
-    return counted, _rejects_by_reason(staged, counted["rejected"])
+        rows = io.subscription_reject_rows(sub_rejects)
+        written = delta.write_rows(staged, delta.REJECTS, rows, "subscriptions.parquet")
+        files += [path.relative_to(table) for path in written]
+    return Staged(totals, _rejects_by_reason(table, files, totals["rejected"]), files)

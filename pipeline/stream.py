@@ -326,17 +326,19 @@ class BatchWriter:
         staged = delta.stage(job.out, f"batch-{batch_id}")
         write_rejects = snapshots.rejects_to_write(snapshot)
         try:
-            counted, _ = stage_routed(
+            written = stage_routed(
                 frame,
                 plan,
                 snapshot.rejects if write_rejects else [],
+                job.out,
                 staged,
                 job.max_output_rows,
                 changes,
             )
+            counted = written.totals
             version, _ = delta.commit(
                 job.out,
-                staged,
+                written.files,
                 txn=(app, batch_id),
                 metadata={
                     "writer": "stream",

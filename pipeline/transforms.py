@@ -3,7 +3,7 @@
 ``normalize_messages`` brings any accepted message layout to ``schema.ROUTE_INPUT`` and marks
 rows that are malformed before any matching (missing fields, bad timestamps, JSON lines that
 do not parse); ``route`` matches on the executors with our own engines (``mapInArrow``);
-``table_rows`` lays the routed rows out as the routed table stores them (``pipeline.delta``).
+``stage`` has the executors write them as the routed table's files (``pipeline.files``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Iterator
 from functools import reduce
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark import Broadcast
@@ -29,11 +30,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline import delta
 from pipeline.changes import PlanChanges
 from pipeline.codes import (
     DEFAULT_DIALECT,
-    DELIVERY,
     EMPTY_TENANT,
     INVALID_HEADERS,
     INVALID_TS,
@@ -44,20 +43,19 @@ from pipeline.codes import (
     MISSING_MESSAGE_ID,
     MISSING_TOPIC,
     MISSING_TS,
-    REJECTED,
     UNKNOWN_DIALECT,
-    UNMATCHED,
 )
 from pipeline.errors import InputSchemaError, MissingColumnError
 from pipeline.executor import router_for
+from pipeline.files import StagedWriter
 from pipeline.schema import (
     CORRUPT_COLUMN,
     HEADERS_DDL,
     HEADERS_TYPE,
-    MESSAGES_SOURCE,
     OPTIONAL_INPUT,
     ROUTE_INPUT,
     ROUTED,
+    STAGED,
 )
 from pipeline.subscriptions import SubscriptionPlan
 from store import DEFAULT_TENANT
@@ -230,6 +228,30 @@ def normalize_messages(messages: DataFrame, keep: tuple[str, ...] = ()) -> DataF
     )
 
 
+def _routed_batches(
+    plan: Broadcast[SubscriptionPlan],
+    changes: Broadcast[PlanChanges] | None,
+    max_output_rows: int,
+    batches: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """On an executor: ``batches`` of messages routed by this worker's router (built from
+    the broadcast ``plan`` once, ``router_for``; a stream's ``changes`` applied on top)."""
+    router = router_for(plan.value, None if changes is None else changes.value)
+    for batch in batches:
+        yield from router.route_batch(batch, max_output_rows)
+
+
+def _route_input(messages: DataFrame) -> DataFrame:
+    present = set(messages.columns)
+    return messages.select(
+        *(
+            sf.col(f.name).cast(f.dataType)
+            for f in (*ROUTE_INPUT.fields, *OPTIONAL_INPUT.fields)
+            if f.name in present
+        )
+    )
+
+
 def route(
     messages: DataFrame,
     plan: Broadcast[SubscriptionPlan],
@@ -246,51 +268,33 @@ def route(
     """
 
     def route_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        router = router_for(plan.value, None if changes is None else changes.value)
-        for batch in batches:
-            yield from router.route_batch(batch, max_output_rows)
+        return _routed_batches(plan, changes, max_output_rows, batches)
 
-    present = set(messages.columns)
-    columns = [
-        sf.col(f.name).cast(f.dataType)
-        for f in (*ROUTE_INPUT.fields, *OPTIONAL_INPUT.fields)
-        if f.name in present
-    ]
-    return messages.select(*columns).mapInArrow(route_partition, ROUTED)
+    return _route_input(messages).mapInArrow(route_partition, ROUTED)
 
 
-def _date() -> Column:
-    return sf.to_date("ts").alias("date")
+def stage(
+    messages: DataFrame,
+    plan: Broadcast[SubscriptionPlan],
+    table: Path,
+    staged: Path,
+    max_output_rows: int = MAX_OUTPUT_ROWS,
+    *,
+    changes: Broadcast[PlanChanges] | None = None,
+) -> DataFrame:
+    """``route``'s rows written by the executors themselves as the routed table's Parquet
+    files under ``staged`` (a directory of ``table``; ``pipeline.files``): the result has
+    one row per file written and one of totals per task (``STAGED``), not the routed rows.
+    Nothing is written until an action runs it; the caller commits the files it returns."""
 
+    def stage_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        writer = StagedWriter(table, staged)
+        try:
+            for routed in _routed_batches(plan, changes, max_output_rows, batches):
+                writer.write(routed)
+        except BaseException:
+            writer.abort()
+            raise
+        yield writer.close()
 
-def table_rows(routed: DataFrame) -> DataFrame:
-    """Every routed row in the routed table's layout (``pipeline.delta``): its data columns
-    in order, then the ``kind`` and ``date`` partitions."""
-    output = sf.col("output")
-    kind = (
-        sf.when(output == DELIVERY, sf.lit(delta.DELIVERIES))
-        .when(output == UNMATCHED, sf.lit(delta.UNMATCHED))
-        .otherwise(sf.lit(delta.REJECTS))
-    )
-    values = {
-        "pattern": sf.lit(None).cast("string"),
-        "source": sf.when(output == REJECTED, sf.lit(MESSAGES_SOURCE)),
-    }
-    return routed.select(
-        *(values.get(name, sf.col(name)).alias(name) for name in delta.DATA_SCHEMA.names),
-        kind.alias("kind"),
-        _date(),
-    )
-
-
-def routed_totals() -> list[Column]:
-    """Aggregates of the routed rows, to ``observe`` while they are first written (no job of
-    their own): ``deliveries``, ``matched`` (messages with at least one delivery),
-    ``unmatched`` and ``rejected`` (messages)."""
-    output = sf.col("output")
-    return [
-        sf.count_if(output == DELIVERY).alias("deliveries"),
-        sf.count_if((output == DELIVERY) & sf.col("first")).alias("matched"),
-        sf.count_if(output == UNMATCHED).alias("unmatched"),
-        sf.count_if(output == REJECTED).alias("rejected"),
-    ]
+    return _route_input(messages).mapInArrow(stage_partition, STAGED)

@@ -89,8 +89,9 @@ EXPECTED_ROWS: dict[str, list[str]] = {
         f"{backend}, {phase}" for backend in ("postgresql", "duckdb") for phase in STORM_PHASES
     ],
 }
-#: tests/pipeline runs the pipeline table on its own shared Spark session.
-SUITE_TABLES = [name for name in TABLES if name != "pipeline"]
+#: tests/pipeline runs the pipeline table on its own shared Spark session; route_scale has its
+#: own test (bench/tests/test_bench_route_scale.py: it starts Spark processes of its own).
+SUITE_TABLES = [name for name in TABLES if name not in ("pipeline", "route_scale")]
 
 
 def _dedupe(labels: list[str]) -> list[str]:
@@ -129,6 +130,7 @@ def test_registry_names_every_table() -> None:
         "hostile",
         "storm",
         "pipeline",
+        "route_scale",
     ]
 
 

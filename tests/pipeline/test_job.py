@@ -170,7 +170,7 @@ def test_a_task_with_more_days_than_open_writers_still_files_every_row_by_day(
     assert sorted(got) == sorted(naive_deliveries(data))
     assert len({str(r["date"]) for r in deliveries}) == 10
     assert all(str(r["date"]) == r["ts"].date().isoformat() for r in deliveries)
-    # Unique message ids are written without a dictionary (``io.WRITE_OPTIONS``); the
+    # Unique message ids are written without a dictionary (``files.DICTIONARY_COLUMNS``); the
     # subscriber column, with few values, keeps one.
     for file in out.glob("route-*/kind=deliveries/date=*/*.parquet"):
         chunk = pq.ParquetFile(file).metadata.row_group(0)

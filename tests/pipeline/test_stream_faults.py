@@ -6,14 +6,16 @@ session), it finishes, and its table holds exactly the rows the batch ``route`` 
 the same messages and subscriptions: none missing, none twice.
 
 The second point is a few milliseconds wide, so the test holds the driver there from
-outside rather than through a fault hook in the product: once Spark has started writing the
-batch's staged directory, the test plants a named pipe among the Parquet files the driver
-will list. Spark's write finishes (its job commit removes ``_temporary/``), then the driver
-opens every staged Parquet file's footer before the commit and blocks on the pipe, which has
-no writer. The kill lands there, every time."""
+outside rather than through a fault hook in the product: once the executors have started
+writing the batch's staged files, the test plants a named pipe as the table log's
+``_last_checkpoint``, which delta-rs opens whenever it loads the table. The write finishes,
+then the driver's commit opens the table and waits on the pipe; the test sees it waiting (a
+pipe with a reader accepts a writer), keeps the pipe open without writing, and kills. The
+kill lands there, every time."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -32,7 +34,7 @@ from pipeline.cli import app
 from pipeline.job import RouteJob
 from pipeline.job import run as route
 from tests.pipeline.conftest import generate
-from tests.pipeline.landing import TS, Store, deliveries, land, routed_rows
+from tests.pipeline.landing import Store, deliveries, land, routed_rows
 
 WAIT_S: Final = 180.0
 FILES: Final = 3
@@ -76,10 +78,22 @@ def _staged(out: Path, batch: int) -> Path | None:
     return next(iter(out.glob(f"batch-{batch}-*")), None)
 
 
-def _written(staged: Path) -> bool:
-    """Whether Spark's write of ``staged`` finished: its job commit moved the files into
-    place and removed its ``_temporary/``."""
-    return not (staged / "_temporary").exists() and any(staged.rglob("part-*.parquet"))
+def _writing(out: Path, batch: int) -> bool:
+    """Whether the executors have started writing ``batch``'s files."""
+    staged = _staged(out, batch)
+    return staged is not None and any(staged.rglob("part-*.parquet"))
+
+
+def _reader_waiting(pipe: Path, opened: list[int]) -> bool:
+    """Whether a reader is opening ``pipe``: then a writer can open it too (kept in
+    ``opened``, so the reader then waits for data instead)."""
+    try:
+        opened.append(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # ENXIO: no reader yet
+            raise
+        return False
+    return True
 
 
 @contextmanager
@@ -112,22 +126,20 @@ def test_a_stream_killed_mid_batch_and_before_its_commit_delivers_each_message_o
     follow = [*args, "--follow", "--trigger-interval", "0.2"]
     land(landing, "f0.jsonl", files[0])
     with _running(follow, env, log) as first:
-        first.wait_for("batch 0's staged files", lambda: _staged(out, 0))
-        first.kill()  # mid-batch: Spark is writing batch 0
+        first.wait_for("batch 0's staged files", lambda: _writing(out, 0))
+        first.kill()  # mid-batch: the executors are writing batch 0
     assert not _committed(out, 0)
 
     # Restarted, the stream runs batch 0 again (the same file), then batch 1 with f1.
     land(landing, "f1.jsonl", files[1])
     with _running(follow, env, log) as second:
         second.wait_for("batch 1's staged files", lambda: _staged(out, 1))
-        staged = _staged(out, 1)
-        assert staged is not None
-        partition = staged / "kind=deliveries" / f"date={TS.date().isoformat()}"
-        partition.mkdir(parents=True, exist_ok=True)
-        hold = partition / "zz-hold.parquet"
+        hold = out / "_delta_log" / "_last_checkpoint"
         os.mkfifo(hold)
-        second.wait_for("the end of batch 1's write", lambda: _written(staged))
-        second.kill()  # the driver is reading the staged footers, stopped at the pipe
+        opened: list[int] = []
+        second.wait_for("batch 1's commit", lambda: _reader_waiting(hold, opened))
+        second.kill()  # batch 1 is written; its commit is opening the table's log
+    os.close(opened[0])
     hold.unlink()
     assert _committed(out, 0) and not _committed(out, 1)
 

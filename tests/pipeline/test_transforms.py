@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -14,6 +15,7 @@ from pyspark.testing import assertDataFrameEqual
 from pipeline import delta, transforms
 from pipeline.codes import MAX_OUTPUT_ROWS
 from pipeline.errors import InputSchemaError
+from pipeline.files import TOTALS
 from pipeline.subscriptions import build_plan
 from tests.pipeline.conftest import Generated, generate, naive_deliveries
 
@@ -24,19 +26,30 @@ MESSAGES = (
 )
 
 
-def _route(
+def _stage(
     spark: SparkSession,
     data: Generated,
     messages: DataFrame,
+    table: Path,
     max_output_rows: int = MAX_OUTPUT_ROWS,
-) -> DataFrame:
+) -> tuple[DataFrame, dict[str, int]]:
+    """The routed rows as the executors staged them under ``table`` (read back with their
+    ``kind`` and ``date`` partitions), and the totals the tasks returned."""
     plan, rejects = build_plan(data.subscriptions_table())
     assert rejects == []
-    return transforms.route(
+    staged = table / "stage"
+    written = transforms.stage(
         transforms.normalize_messages(messages),
         spark.sparkContext.broadcast(plan),
+        table,
+        staged,
         max_output_rows,
-    )
+    ).collect()
+    assert {(table / row["path"]).parent.parent.parent for row in written if row["path"]} == {
+        staged
+    }
+    totals = {name: sum(row[name] for row in written) for name in TOTALS}
+    return spark.read.parquet(str(staged)), totals
 
 
 def _kind(rows: DataFrame, kind: str) -> DataFrame:
@@ -131,7 +144,7 @@ def test_missing_or_unusable_columns_fail_the_whole_input(spark: SparkSession) -
     assert unusable.value.code == "invalid_column_type"
 
 
-def test_hand_written_routing_into_the_three_tables(spark: SparkSession) -> None:
+def test_hand_written_routing_into_the_three_tables(spark: SparkSession, tmp_path: Path) -> None:
     data = Generated(
         subscriptions=[
             (1, "default", "alice", "stock.*.msft"),
@@ -150,8 +163,7 @@ def test_hand_written_routing_into_the_three_tables(spark: SparkSession) -> None
         ],
         "message_id string, topic string, ts string",
     )
-    routed = _route(spark, data, messages)
-    rows = transforms.table_rows(routed)
+    rows, totals = _stage(spark, data, messages, tmp_path)
     assert rows.columns == [*delta.DATA_SCHEMA.names, "kind", "date"]
     assertDataFrameEqual(
         _kind(rows, "deliveries").select(
@@ -205,23 +217,23 @@ def test_hand_written_routing_into_the_three_tables(spark: SparkSession) -> None
             "message_id string, reason string, source string",
         ),
     )
-    (totals,) = routed.agg(*transforms.routed_totals()).collect()
-    assert totals.asDict() == {"deliveries": 3, "matched": 2, "unmatched": 1, "rejected": 2}
+    assert totals == {"deliveries": 3, "matched": 2, "unmatched": 1, "rejected": 2}
 
 
 @pytest.mark.parametrize("max_output_rows", [65_536, 7])
-def test_deliveries_equal_the_naive_matcher(spark: SparkSession, max_output_rows: int) -> None:
+def test_deliveries_equal_the_naive_matcher(
+    spark: SparkSession, tmp_path: Path, max_output_rows: int
+) -> None:
     data = generate(subscriptions=120, messages=800, seed=3, tenants=("t1", "t2"))
     messages = spark.createDataFrame(
         [(m, tenant, topic, ISO) for m, tenant, topic in data.messages],
         "message_id string, tenant string, topic string, ts string",
     ).repartition(3)
-    routed = _route(spark, data, messages, max_output_rows=max_output_rows)
+    rows, _ = _stage(spark, data, messages, tmp_path, max_output_rows)
     expected = spark.createDataFrame(
         sorted(naive_deliveries(data)),
         "message_id string, subscription_id long, subscriber string, tenant string",
     )
-    rows = transforms.table_rows(routed)
     assertDataFrameEqual(_kind(rows, "deliveries").select(*expected.columns), expected)
     matched = {row[0] for row in naive_deliveries(data)}
     unmatched = {r.message_id for r in _kind(rows, "unmatched").select("message_id").collect()}
