@@ -4,9 +4,9 @@ is given; ``SubscriptionRepository`` adds the writes and the admin reads on top.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -160,38 +160,36 @@ class RoutingReads:
     def changes_in(self, after: int, upto: int) -> list[Change | Removals]:
         """The changes with ``after < seq <= upto``, oldest first, for a loader: each run of
         consecutive removes as one ``Removals`` (their seqs and ids only), the adds as
-        ``Change``. Two index range scans of the window, one per op: a mass removal's
-        changes cost two ints each to read, not a row of every column and an object."""
+        ``Change``. One statement, so one snapshot: read in two, a remove committed between
+        them could be missed while a later add was read, and the loader would step past it.
+        A remove's other columns come back NULL: a mass removal's changes cost two ints
+        each to read, not a row of every column and an object."""
         table = ChangeLog.__table__
-        window = (table.c.seq > after, table.c.seq <= upto)
-        removes = self.session.execute(
-            sa.select(table.c.seq, table.c.subscription_id)
-            .where(*window, table.c.op == "remove")
+        is_add = table.c.op == "add"
+        rows = self.session.execute(
+            sa.select(
+                table.c.seq,
+                is_add,
+                table.c.subscription_id,
+                *(sa.case((is_add, table.c[n])) for n in CHANGE_COLUMNS),
+            )
+            .where(table.c.seq > after, table.c.seq <= upto)
             .order_by(table.c.seq)
         ).all()
-        added = self.session.execute(
-            sa.select(table.c.seq, table.c.subscription_id, *(table.c[n] for n in CHANGE_COLUMNS))
-            .where(*window, table.c.op == "add")
-            .order_by(table.c.seq)
-        ).all()
-        adds = [
-            Change(seq_, "add", sub_id, t, s, p, d, k, criteria_tuple(c), m, *grouped)
-            for seq_, sub_id, t, s, p, d, k, c, m, *grouped in added
-        ]
-        if not adds:
-            return [_removals(removes)] if removes else []
         out: list[Change | Removals] = []
-        i = 0
-        for add in adds:
-            j = i
-            while j < len(removes) and removes[j][0] < add.seq:
-                j += 1
-            if j > i:
-                out.append(_removals(removes[i:j]))
-                i = j
-            out.append(add)
-        if i < len(removes):
-            out.append(_removals(removes[i:]))
+        seqs: list[int] = []
+        ids: list[int] = []
+        for seq_, added, sub_id, t, s, p, d, k, c, m, *grouped in rows:
+            if not added:
+                seqs.append(seq_)
+                ids.append(sub_id)
+                continue
+            if ids:
+                out.append(Removals(seqs, ids))
+                seqs, ids = [], []
+            out.append(Change(seq_, "add", sub_id, t, s, p, d, k, criteria_tuple(c), m, *grouped))
+        if ids:
+            out.append(Removals(seqs, ids))
         return out
 
     def last_seq(self) -> int:
@@ -216,9 +214,3 @@ class RoutingReads:
         if created_at is None:
             return int(newest or 0), 0.0
         return int(newest or 0), max(0.0, (now - created_at).total_seconds())
-
-
-def _removals(rows: Sequence[Any]) -> Removals:
-    """(seq, id) rows as one ``Removals``."""
-    seqs, ids = zip(*rows, strict=True)
-    return Removals(list(seqs), list(ids))
