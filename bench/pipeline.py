@@ -35,11 +35,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from bench.report import Column, Table
-from harness.workloads import DEFAULT_SEED, Workload, seed_workload
+from harness.workloads import DEFAULT_SEED, Workload, export_table, seed_workload
 from pipeline.codes import DEFAULT_ENGINE
 from pipeline.job import RouteJob, RunSummary, run
 from pipeline.session import jvm_started, spark_session
-from store.arrow import SCHEMA as EXPORT_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -113,25 +112,7 @@ def _write_workload(directory: Path, workload: Workload, sample: int) -> tuple[P
             "ts": pa.array([start + step * k for k in range(n)], pa.timestamp("us", tz="UTC")),
         }
     )
-    count = len(workload.patterns)
-    subscriptions = pa.table(
-        {
-            "id": pa.array(range(1, count + 1), pa.int64()),
-            "tenant": pa.array(["default"] * count),
-            "subscriber": pa.array([f"subscriber-{i % SUBSCRIBERS:03d}" for i in range(count)]),
-            "pattern": pa.array(workload.patterns),
-            "dialect": pa.array(["amqp"] * count),
-            "kind": pa.array(["topic"] * count),
-            "criteria": pa.nulls(count, pa.string()),
-            "mode": pa.nulls(count, pa.string()),
-            "labels": pa.nulls(count, pa.string()),
-            "group": pa.nulls(count, pa.string()),
-            "group_policy": pa.nulls(count, pa.string()),
-            "created_at": pa.array([start] * count, pa.timestamp("us", tz="UTC")),
-            "expires_at": pa.nulls(count, EXPORT_SCHEMA.field("expires_at").type),
-        },
-        schema=EXPORT_SCHEMA,
-    )
+    subscriptions = export_table(workload.patterns, SUBSCRIBERS, start)
     paths = (
         directory / "messages.parquet",
         directory / "sample.parquet",

@@ -45,9 +45,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bench.report import Column, Table
-from harness.workloads import ROUTE_SEED, route_patterns, route_topics
+from harness.workloads import ROUTE_SEED, export_table, route_patterns, route_topics
 from pipeline.maintenance import compact
-from store.arrow import SCHEMA as EXPORT_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -97,24 +96,7 @@ def write_subscriptions(path: Path, seed: int = ROUTE_SEED) -> int:
     """The workload's subscriptions as a ``topicstore export`` file; returns how many."""
     patterns = route_patterns(seed=seed)
     count = len(patterns)
-    table = pa.table(
-        {
-            "id": pa.array(range(1, count + 1), pa.int64()),
-            "tenant": pa.array(["default"] * count),
-            "subscriber": pa.array([f"subscriber-{i % SUBSCRIBERS:03d}" for i in range(count)]),
-            "pattern": pa.array(patterns),
-            "dialect": pa.array(["amqp"] * count),
-            "kind": pa.array(["topic"] * count),
-            "criteria": pa.nulls(count, pa.string()),
-            "mode": pa.nulls(count, pa.string()),
-            "labels": pa.nulls(count, pa.string()),
-            "group": pa.nulls(count, pa.string()),
-            "group_policy": pa.nulls(count, pa.string()),
-            "created_at": pa.array([START] * count, pa.timestamp("us", tz="UTC")),
-            "expires_at": pa.nulls(count, EXPORT_SCHEMA.field("expires_at").type),
-        },
-        schema=EXPORT_SCHEMA,
-    )
+    table = export_table(patterns, SUBSCRIBERS, START)
     pq.write_table(table, path)
     return count
 

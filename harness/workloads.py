@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import pyarrow as pa
 
 DEFAULT_SEED: Final = 0
@@ -313,3 +315,28 @@ def route_topics(count: int, seed: int = ROUTE_SEED) -> pa.Array:
     chosen = words.take(pa.array(rng.integers(0, ROUTE_TOPIC_WORDS, size=int(offsets[-1]))))
     topics = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), chosen), ".")
     return topics.cast(pa.string())
+
+
+def export_table(patterns: Sequence[str], subscribers: int, created_at: datetime) -> pa.Table:
+    """``patterns`` as a ``topicstore export`` file's rows (ids from 1, tenant ``default``,
+    AMQP topic subscriptions spread over ``subscribers`` names), what ``topicstore route
+    --subscriptions`` reads in the pipeline benchmarks."""
+    import pyarrow as pa
+
+    from store.arrow import SCHEMA
+
+    count = len(patterns)
+    nulls = ("criteria", "mode", "labels", "group", "group_policy", "expires_at")
+    return pa.table(
+        {
+            "id": pa.array(range(1, count + 1), pa.int64()),
+            "tenant": pa.array(["default"] * count),
+            "subscriber": pa.array([f"subscriber-{i % subscribers:03d}" for i in range(count)]),
+            "pattern": pa.array(patterns),
+            "dialect": pa.array(["amqp"] * count),
+            "kind": pa.array(["topic"] * count),
+            **{name: pa.nulls(count, SCHEMA.field(name).type) for name in nulls},
+            "created_at": pa.array([created_at] * count, SCHEMA.field("created_at").type),
+        },
+        schema=SCHEMA,
+    )
