@@ -40,13 +40,16 @@ settings.load_profile("topicstore")
 #:   receive the other's traffic: filtered out by run id, but it counts against Mosquitto's
 #:   outgoing queue;
 #: * ``rabbitmq``: each run declares its own exchange and could share the broker; grouped so
-#:   that the module fixtures routing the corpus through it run once, not once per worker.
+#:   that the module fixtures routing the corpus through it run once, not once per worker;
+#: * ``tour``: the README tour's tests share one service and the state its sections made (a
+#:   module fixture), which two workers would each set up.
 XDIST_GROUPS: Final = {
     "tests/pipeline/": "spark",
     "bench/tests/test_bench_pipeline.py": "spark",
     "tests/matcher/test_broker_dialects.py": "brokers",
     "tests/matcher/test_broker_groups.py": "brokers",
     "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",
+    "tests/app/test_readme_tour.py": "tour",
 }
 #: Tests under a grouped prefix that use none of the group's shared service (these start
 #: their own JVMs, or none), so they go wherever a worker is free.
