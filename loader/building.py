@@ -10,7 +10,8 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 
-from loader.catalog import Catalog, numpy_view
+from loader.catalog import Catalog
+from loader.columns import numpy_view
 from loader.engines import add_headers, subscribe_everywhere
 from loader.state import DENSE_FACTOR, DENSE_SLACK, Snapshot, TableState
 from matcher import CapacityError, Matcher

@@ -35,6 +35,7 @@ from sqlalchemy.engine import make_url
 
 from loader.catalog import Catalog, Entry
 from loader.engines import DEFAULT_ENGINES
+from loader.reconcile_figures import range_stats
 from loader.shadow import ShadowCheck
 from loader.table import RoutingTable
 from matcher import Limits
@@ -335,7 +336,7 @@ class Loader:
             if due:
                 entries = entries.without(sorted(i for i in due if i in entries))
             theirs = repo.range_stats(RANGE, low, high, now)
-            ours = entries.range_stats(RANGE)
+            ours = range_stats(entries, RANGE)
             if keys is not None:
                 ours = {k: v for k, v in ours.items() if k in keys}
             ranges = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k))
@@ -365,7 +366,7 @@ class Loader:
     def reconcile_slices(self) -> list[range]:
         """One pass's slices: ``RECONCILE_SLICE`` id ranges each over the table's ranges,
         the last one open-ended (it also covers store rows above the table's highest id)."""
-        ranges = self.table.snapshot().entries.range_stats(RANGE)
+        ranges = range_stats(self.table.snapshot().entries, RANGE)
         last = max(ranges, default=0)
         starts = range(0, last + 1, RECONCILE_SLICE)
         slices = [range(k, k + RECONCILE_SLICE) for k in starts]

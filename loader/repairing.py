@@ -6,6 +6,7 @@ import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 
+from loader import reconcile_figures
 from loader.applying import Applying
 from loader.catalog import Entry
 from loader.engines import headers_matcher
@@ -80,7 +81,7 @@ class Repairing(Applying):
         than the catalog says (less the group members they need not hold), from the
         catalog; returns how many were rebuilt."""
         with self._apply_lock:
-            expected = self._catalog.entries.group_sizes()
+            expected = reconcile_figures.group_sizes(self._catalog.entries)
             sizes = {
                 key: {name: len(m) for name, m in matchers.items()}
                 for key, matchers in self._topic.items()

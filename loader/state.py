@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from loader.catalog import Catalog, Names
+from loader.catalog import Catalog
+from loader.columns import Names
 from loader.engines import DEFAULT_ENGINES, SHADOW_MAX, engine_set, headers_matcher
 from loader.expiry import ExpiryIndex
 from loader.groups import GroupIndex

@@ -82,7 +82,7 @@ class RoutingReads:
     ) -> dict[int, tuple[int, int, int]]:
         """Per id range (``id // bucket``) of the ids in ``[low, high)`` (``high`` None: no
         upper bound): rows, sum of ids, and the summed lengths of tenant, subscriber,
-        dialect and pattern; ``loader.catalog.Catalog.range_stats`` computes the same in
+        dialect and pattern; ``loader.reconcile_figures.range_stats`` computes the same in
         memory, and only ranges that differ are read row by row. A bounded window is an
         index range scan, so a check can be spread over several small queries."""
         # (id - id % b) / b: exact on both backends (DuckDB's '/' divides as a double).
