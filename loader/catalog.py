@@ -159,7 +159,7 @@ class Catalog(Mapping[int, Entry]):
         for sub_id, s, pattern in zip(
             base.ids[rows].tolist(),
             base.subscriber[rows].tolist(),
-            base.patterns.take(pa.array(rows)).to_pylist(),
+            base.patterns.take(arrow_indices(rows)).to_pylist(),
             strict=True,
         ):
             out[names[s]][sub_id] = pattern
