@@ -40,6 +40,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The OpenAPI document (``StrictQuery`` checks every query string against it) is
+        # built now, before any request: built at the first request with a query string,
+        # it held the GIL, and every match, for a tenth of a second.
+        app.openapi()
         services.stats.start()
         if wait_until_ready:
             services.loader.start()
