@@ -14,6 +14,7 @@ from app.refusals import InvalidRequestError, NotFoundError
 from matcher.budget import Budget
 from store import AuditEntry, AuditRepository, Database, StoredSubscription, SubscriptionRepository
 from store.export import export_parquet
+from store.selection import Selection
 from topicstore.models import (
     AuditOrder,
     AuditOut,
@@ -33,6 +34,27 @@ def subscription_out(row: StoredSubscription) -> SubscriptionOut:
     if row.criteria is not None:
         values["criteria"] = dict(row.criteria)
     return SubscriptionOut(**values)
+
+
+def label_pair(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as (key, value); each caller has checked the ``=`` and the key."""
+    key, _, value = text.partition("=")
+    return key, value
+
+
+def selection_of(
+    *,
+    tenant: str | None = None,
+    subscriber: str | None = None,
+    pattern_prefix: str | None = None,
+    dialect: str | None = None,
+    group: str | None = None,
+    label: str | None = None,
+) -> Selection:
+    """The filters a listing and a removal share, as the API and the command line name
+    them (``label`` as ``KEY=VALUE``)."""
+    pair = None if label is None else label_pair(label)
+    return Selection(tenant, subscriber, pattern_prefix, dialect, group, pair)
 
 
 def audit_out(entry: AuditEntry) -> AuditOut:

@@ -20,15 +20,15 @@ from typing import Final, Literal
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from app.auth import Caller
-from app.refusals import ServiceError
+from app.refusals import InvalidRequestError, ServiceError
 from matcher import Limits
 from store import NewSubscription
 from store.records import MAX_NAME_BYTES
 from store.staging import plain_rows
-from topicstore.models import BulkItem, BulkOut, ErrorBody
+from topicstore.models import BulkItem, BulkOut, ErrorBody, SubscriptionIn
 
 Status = Literal["created", "exists", "error"]
 #: The fields a plain item may carry (the others need the full path).
@@ -386,3 +386,20 @@ class BulkResult:
                 ],
             }
         )
+
+
+#: Schema problems that have a rule of their own (the store's code for the same rule).
+_SCHEMA_CODES: Final = {"finite_number": "invalid_number"}
+
+
+def parse_item(item: JsonValue) -> SubscriptionIn:
+    """One bulk item as ``SubscriptionIn``, or ``InvalidRequestError`` naming its first
+    problem (``invalid_number`` for NaN or an infinity, as the store names that rule)."""
+    try:
+        return SubscriptionIn.model_validate(item)
+    except ValidationError as e:
+        problem = e.errors()[0]
+        where = ".".join(str(part) for part in problem.get("loc", ()))
+        message = f"{where}: {problem['msg']}" if where else str(problem["msg"])
+        code = _SCHEMA_CODES.get(problem["type"], InvalidRequestError.code)
+        raise InvalidRequestError(message, code=code) from e

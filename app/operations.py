@@ -11,11 +11,12 @@ matchers before the call returns (see ``store.Database.write``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import pyarrow as pa
-from pydantic import JsonValue, ValidationError
+from pydantic import JsonValue
 from sqlalchemy.orm import Session
 
 from app.admin_reads import AdminReads, subscription_out
@@ -26,6 +27,7 @@ from app.bulk import (
     Items,
     Valid,
     accept_plain,
+    parse_item,
     plain,
     room_keys,
     stored_keys,
@@ -56,13 +58,9 @@ from store.expiry import expired, expiry_at
 from store.group_commit import Job, Later
 from store.groups import GroupPolicies, check_same_group
 from store.records import StoredSubscription
+from store.selection import Selection
 from store.staging import staged_rows
-from topicstore.models import (
-    Deleted,
-    ExpiryIn,
-    SubscriptionIn,
-    SubscriptionOut,
-)
+from topicstore.models import Deleted, ExpiryIn, SubscriptionIn, SubscriptionOut
 
 _NEW_FIELDS: Final = tuple(NewSubscription.__dataclass_fields__)
 #: How often a writer purges audit rows past their retention (a range delete on an index).
@@ -292,18 +290,40 @@ class AdminOperations(AdminReads):
         return check
 
     def remove_subscriber(self, subscriber: str, caller: Caller, tenant: str | None) -> Deleted:
-        """Delete every subscription of one subscriber of the tenant."""
-        tenant = caller.tenant_for(tenant)
+        """Delete every subscription of one subscriber of the tenant, however many."""
+        selection = Selection(tenant=caller.tenant_for(tenant), subscriber=subscriber)
+        return self._remove_selection(selection, caller, "delete_subscriber", None)
 
-        def check(session: Session) -> Callable[[], list[int]]:
-            def write() -> list[int]:
-                ids = SubscriptionRepository(session).remove_subscriber(tenant, subscriber)
-                self._audit(session, caller, "delete_subscriber", {tenant: ids})
-                return ids
+    def remove_selection(self, caller: Caller, selection: Selection) -> Deleted:
+        """Delete the tenant's subscriptions ``selection`` selects (what a listing with
+        the same filters shows), at most ``max_delete``, the lowest ids first: ``more``
+        says whether others remain. A selection of nothing (every row of the default
+        tenant) is refused: ``selection_required``."""
+        if not selection.given():
+            raise InvalidRequestError(
+                "name what to delete: at least one of tenant, subscriber, label, group, "
+                "pattern_prefix or dialect",
+                code="selection_required",
+            )
+        selection = replace(selection, tenant=caller.tenant_for(selection.tenant))
+        return self._remove_selection(selection, caller, "delete", self.settings.max_delete)
+
+    def _remove_selection(
+        self, selection: Selection, caller: Caller, action: str, limit: int | None
+    ) -> Deleted:
+        """One write removing what ``selection`` (of one tenant) selects, audited once as
+        ``action`` with every id. Followers apply it from the change log in slices."""
+
+        def check(session: Session) -> Callable[[], Deleted]:
+            def write() -> Deleted:
+                repo = SubscriptionRepository(session)
+                removed, more = repo.remove_selection(selection, limit)
+                self._audit(session, caller, action, removed)
+                return Deleted(deleted=removed.get(str(selection.tenant), []), more=more)
 
             return write
 
-        return Deleted(deleted=self.db.writes.run(check))
+        return self.db.writes.run(check)
 
     def set_expiry(self, sub_id: int, change: ExpiryIn, caller: Caller) -> SubscriptionOut:
         """Set or clear (``expires_at`` null) one subscription's expiry, audited as
@@ -478,18 +498,3 @@ def _resolve_groups(
 #: Fields each kind ignores: given anyway, they are refused (a headers subscription with a
 #: pattern or an MQTT dialect once returned an existing headers row, silently).
 _NOT_APPLICABLE: Final = {"headers": ("pattern", "dialect"), "topic": ("criteria", "mode")}
-#: Schema problems that have a rule of their own (the store's code for the same rule).
-_SCHEMA_CODES: Final = {"finite_number": "invalid_number"}
-
-
-def parse_item(item: JsonValue) -> SubscriptionIn:
-    """One bulk item as ``SubscriptionIn``, or ``InvalidRequestError`` naming its first
-    problem (``invalid_number`` for NaN or an infinity, as the store names that rule)."""
-    try:
-        return SubscriptionIn.model_validate(item)
-    except ValidationError as e:
-        problem = e.errors()[0]
-        where = ".".join(str(part) for part in problem.get("loc", ()))
-        message = f"{where}: {problem['msg']}" if where else str(problem["msg"])
-        code = _SCHEMA_CODES.get(problem["type"], InvalidRequestError.code)
-        raise InvalidRequestError(message, code=code) from e

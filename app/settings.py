@@ -106,6 +106,13 @@ class Settings(BaseSettings):
     match_auth: bool = Field(True, description="Whether match endpoints need a token too.")
     max_body_bytes: int = Field(1_048_576, ge=1024, description="Largest request body.")
     max_batch: int = Field(10_000, ge=1, description="Most topics or items in one batch.")
+    max_delete: int = Field(
+        100_000,
+        ge=1,
+        description="Most subscriptions one DELETE /v1/subscriptions removes (the lowest ids "
+        "of the selection; the answer's `more` says whether it holds others): one write, "
+        "so the writes behind it wait about a second, not the time of a whole tenant.",
+    )
     max_batch_matches: int = Field(
         1_000_000,
         ge=1,

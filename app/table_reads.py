@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from app.admin_reads import label_pair
 from app.auth import Caller
 from app.operations import AdminOperations
 from app.refusals import InvalidDialectError, InvalidRequestError, TooManyPatternsError
@@ -172,7 +173,7 @@ def subscription_page(
         "pattern_prefix": pattern_prefix,
         "dialect": dialect,
         "group": group,
-        "label": None if label is None else _label(label),
+        "label": None if label is None else label_pair(label),
         "after": after,
         "limit": limit,
         "unmatched_since": unmatched_since,
@@ -189,12 +190,6 @@ def subscription_page(
     return related_page(
         table(), admin, caller, relation=relation, pattern=pattern, budget=budget, **filters
     )
-
-
-def _label(text: str) -> tuple[str, str]:
-    """``KEY=VALUE`` as (key, value); each caller has checked the ``=`` and the key."""
-    key, _, value = text.partition("=")
-    return key, value
 
 
 def _relation_of(overlaps: str | None, covered_by: str | None) -> tuple[Relation, str] | None:

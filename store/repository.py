@@ -23,6 +23,7 @@ from store import pending, pg_write
 from store.models import ChangeLog, Subscription
 from store.records import NewSubscription, StoredSubscription, criteria_tuple
 from store.routing_reads import CHANGE_COLUMNS, RoutingReads
+from store.selection import Selection
 from store.staging import (
     NEW_COLUMNS,
     QUOTE,
@@ -249,12 +250,20 @@ class SubscriptionRepository(RoutingReads):
         self._log_rows("remove", rows)
         self._count({t: -n for t, n in Counter(row.tenant for row in rows).items()})
 
-    def remove_subscriber(self, tenant: str, subscriber: str) -> list[int]:
-        """Delete every subscription of ``subscriber``; returns their ids."""
-        removed = self._remove_where(
-            Subscription.tenant == tenant, Subscription.subscriber == subscriber
-        )
-        return removed.get(tenant, [])
+    def remove_selection(
+        self, selection: Selection, limit: int | None = None
+    ) -> tuple[dict[str, list[int]], bool]:
+        """Delete what ``selection`` selects, at most ``limit`` rows (the lowest ids; None:
+        all); the ids removed per tenant, and whether the selection holds more."""
+        where = selection.where()
+        if limit is None:
+            return self._remove_where(*where), False
+        first = sa.select(Subscription.id).where(*where).order_by(Subscription.id).limit(limit)
+        removed = self._remove_where(Subscription.id.in_(first.scalar_subquery()))
+        if sum(map(len, removed.values())) < limit:
+            return removed, False
+        more = self.session.execute(sa.select(sa.exists().where(*where))).scalar()
+        return removed, bool(more)
 
     def _remove_where(self, *where: sa.ColumnElement[bool]) -> dict[str, list[int]]:
         """Delete what ``where`` selects, with a change row for each; the ids removed per
@@ -364,22 +373,9 @@ class SubscriptionRepository(RoutingReads):
         ``by_matches``: most matched first, ties by id, after (``after_matches``,
         ``after_id``): a top-``limit`` sort of every row the filters select (counts
         change with every flush, so no index keeps them)."""
+        selection = Selection(tenant, subscriber, pattern_prefix, dialect, group, label)
         query = with_stats(sa.select(_SUBSCRIPTION)).limit(min(limit, MAX_PAGE))
-        if tenant is not None:
-            query = query.where(Subscription.tenant == tenant)
-        if subscriber is not None:
-            query = query.where(Subscription.subscriber == subscriber)
-        if dialect is not None:
-            query = query.where(Subscription.dialect == dialect)
-        if pattern_prefix:
-            query = query.where(
-                sa.func.substr(Subscription.pattern, 1, len(pattern_prefix)) == pattern_prefix
-            )
-        if group is not None:
-            query = query.where(Subscription.group == group)
-        if label is not None:
-            key, value = label
-            query = query.where(Subscription.labels[key].as_string() == value)
+        query = query.where(*selection.where())
         if unmatched_since is not None:
             last = STATS.c.last_matched_at
             query = query.where(sa.or_(last.is_(None), last < unmatched_since))

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.auth import OPERATOR, Caller, Origin
-from app.bulk import Items
+from app.bulk import Items, parse_item
 from app.cli.protocol import Added, Item
-from app.operations import AdminOperations, parse_item
+from app.operations import AdminOperations
 from app.refusals import NotFoundError
 from app.settings import Settings
 from store import Database
@@ -68,6 +68,12 @@ class DirectAdmin:
         except NotFoundError:
             return False
         return True
+
+    def remove_selection(self, **filters: str | None) -> Item:
+        from app.admin_reads import selection_of
+
+        deleted = self.operations.remove_selection(self.caller, selection_of(**filters))
+        return deleted.model_dump(mode="json")
 
     def get(self, sub_id: int) -> Item | None:
         try:

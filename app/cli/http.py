@@ -92,6 +92,10 @@ class HttpAdmin:
             return False
         return True
 
+    def remove_selection(self, **filters: str | None) -> Item:
+        deleted = self.client.delete_subscriptions(**cast(calls.SelectionFilters, filters))
+        return deleted.model_dump(mode="json")
+
     def get(self, sub_id: int) -> Item | None:
         try:
             return self.client.get_subscription(sub_id).model_dump(mode="json")

@@ -39,6 +39,10 @@ class Admin(Protocol):
         ...
 
     def remove(self, sub_id: int) -> bool: ...
+    def remove_selection(self, **filters: str | None) -> Item:
+        """One ``DELETE /v1/subscriptions``: ``deleted`` (ids) and ``more``."""
+        ...
+
     def set_expiry(self, sub_id: int, expires_at: str | None, ttl: int | None) -> Item | None:
         """``PATCH /v1/subscriptions/{id}``: the row, or None when there is none (or it
         has expired)."""

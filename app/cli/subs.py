@@ -106,9 +106,40 @@ def sub_expire(
     emit(result, as_json, f"subscription {sub_id} expires {when}")
 
 
-@sub.command("rm")
-def sub_rm(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> None:
-    """Remove one subscription by id."""
+@sub.command("rm", short_help="Remove one subscription, or every one of a selection.")
+def sub_rm(
+    sub_id: Annotated[int | None, typer.Argument(help="The subscription's id.")] = None,
+    subscriber: Annotated[str | None, typer.Option()] = None,
+    pattern_prefix: Annotated[str | None, typer.Option()] = None,
+    dialect: Annotated[str | None, typer.Option()] = None,
+    tenant: Annotated[str | None, typer.Option(help="Alone: the whole tenant.")] = None,
+    group: Annotated[str | None, typer.Option(help="Members of this group.")] = None,
+    label: Annotated[str | None, typer.Option(help="Those whose labels hold KEY=VALUE.")] = None,
+    api: ApiOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove one subscription by id; or, given filters instead (those of `sub ls`), every
+    subscription they select in the tenant, a request of at most TOPICSTORE_MAX_DELETE
+    (100,000) at a time until none is left."""
+    filters = {
+        "subscriber": subscriber,
+        "pattern_prefix": pattern_prefix,
+        "dialect": dialect,
+        "tenant": tenant,
+        "group": group,
+        "label": label,
+    }
+    given = {name: value for name, value in filters.items() if value is not None}
+    if sub_id is not None and given:
+        raise UsageError("conflicting_filters", "give an id or filters, not both")
+    if sub_id is None:
+        if not given:
+            raise UsageError(
+                "selection_required", "give an id, or at least one filter (--tenant alone: all)"
+            )
+        _check_selection(dialect, label)
+        _remove_selection(given, api, as_json)
+        return
     with store_admin(api) as admin:
         removed = admin.remove(sub_id)
     if removed or as_json:
@@ -117,6 +148,29 @@ def sub_rm(sub_id: int, api: ApiOption = None, as_json: JsonOption = False) -> N
         typer.echo(f"error: not_found: no subscription {sub_id}", err=True)
     if not removed:
         raise typer.Exit(REFUSED)
+
+
+def _remove_selection(filters: dict[str, str], api: str | None, as_json: bool) -> None:
+    """Every subscription ``filters`` select, one bounded request after another (each its
+    own write and audit row) while the answer says ``more``."""
+    deleted: list[int] = []
+    with store_admin(api) as admin:
+        while True:
+            answer = admin.remove_selection(**filters)
+            deleted += answer["deleted"]
+            if not answer["more"]:
+                break
+    emit({"deleted": deleted, "more": False}, as_json, f"removed {len(deleted)} subscriptions")
+
+
+def _check_selection(dialect: str | None, label: str | None) -> None:
+    """Refuse a ``--dialect`` or ``--label`` of a selection that the API would refuse."""
+    if dialect is not None:
+        from store.records import HEADERS_DIALECT  # selections know headers subscriptions too
+
+        check_dialect(dialect, (*TOPIC_DIALECTS, HEADERS_DIALECT))
+    if label is not None and not all(label.partition("=")[:2]):
+        raise UsageError("invalid_label", "--label takes KEY=VALUE, with a key")
 
 
 @sub.command("ls", short_help="List subscriptions in id order.")
@@ -160,12 +214,7 @@ def sub_ls(
     --after the last id seen."""
     if sort not in ORDERS:
         raise typer.BadParameter(f"one of {', '.join(ORDERS)}", param_hint="--sort")
-    if dialect is not None:
-        from store.records import HEADERS_DIALECT  # listings know headers subscriptions too
-
-        check_dialect(dialect, (*TOPIC_DIALECTS, HEADERS_DIALECT))
-    if label is not None and not label.partition("=")[0]:
-        raise typer.BadParameter("KEY=VALUE, with a key", param_hint="--label")
+    _check_selection(dialect, label)
     related = {
         name: value
         for name, value in (

@@ -16,6 +16,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
+from app.admin_reads import selection_of
 from app.auth import Caller
 from app.dependencies import AdminCaller, ServicesDep
 from app.errors import documented
@@ -83,6 +84,29 @@ class _SubIdConvertor(Convertor[str]):
 
 
 register_url_convertor("id", _SubIdConvertor())
+
+
+#: The filters a listing and a removal share (``store.selection.Selection``).
+TenantFilter = Annotated[str | None, Query(max_length=MAX_NAME_BYTES)]
+SubscriberFilter = Annotated[str | None, Query(max_length=MAX_NAME_BYTES)]
+PatternPrefixFilter = Annotated[str | None, Query(max_length=255)]
+DialectFilter = Annotated[StoredDialect | None, Query()]
+GroupFilter = Annotated[
+    str | None,
+    Query(
+        max_length=MAX_GROUP_BYTES, description="Only members of this shared-subscription group."
+    ),
+]
+LabelFilter = Annotated[
+    str | None,
+    Query(
+        max_length=512,
+        pattern=r"^[^=]+=",
+        description="Only subscriptions whose labels hold KEY=VALUE (the value compared "
+        'as text: `tier=1` finds the number 1 and the string "1").',
+        examples=["team=pay"],
+    ),
+]
 
 
 @router.post(
@@ -158,29 +182,14 @@ async def list_subscriptions(
     request: Request,
     caller: AdminCaller,
     services: ServicesDep,
-    subscriber: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
-    pattern_prefix: Annotated[str | None, Query(max_length=255)] = None,
-    dialect: Annotated[StoredDialect | None, Query()] = None,
-    tenant: Annotated[str | None, Query(max_length=MAX_NAME_BYTES)] = None,
+    subscriber: SubscriberFilter = None,
+    pattern_prefix: PatternPrefixFilter = None,
+    dialect: DialectFilter = None,
+    tenant: TenantFilter = None,
     after: Annotated[int | None, Query(ge=0, lt=2**32, description="Last id seen.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    group: Annotated[
-        str | None,
-        Query(
-            max_length=MAX_GROUP_BYTES,
-            description="Only members of this shared-subscription group.",
-        ),
-    ] = None,
-    label: Annotated[
-        str | None,
-        Query(
-            max_length=512,
-            pattern=r"^[^=]+=",
-            description="Only subscriptions whose labels hold KEY=VALUE (the value compared "
-            'as text: `tier=1` finds the number 1 and the string "1").',
-            examples=["team=pay"],
-        ),
-    ] = None,
+    group: GroupFilter = None,
+    label: LabelFilter = None,
     overlaps: Annotated[
         str | None,
         Query(
@@ -291,6 +300,35 @@ async def delete_answer(services: Services, caller: Caller, sub_id: int) -> Resp
     ``app.fastpath`` both answer with it), waiting on the event loop as a create does."""
     await services.admin.remove_async(sub_id, caller)
     return Response(status_code=204)
+
+
+@router.delete("/subscriptions", response_model=Deleted, responses=documented(403))
+def delete_subscriptions(
+    caller: AdminCaller,
+    services: ServicesDep,
+    subscriber: SubscriberFilter = None,
+    pattern_prefix: PatternPrefixFilter = None,
+    dialect: DialectFilter = None,
+    tenant: TenantFilter = None,
+    group: GroupFilter = None,
+    label: LabelFilter = None,
+) -> Deleted:
+    """Delete what ``GET /v1/subscriptions`` lists with the same filters, in one write: at
+    most ``TOPICSTORE_MAX_DELETE`` (100,000), the lowest ids first; ``more`` is true while
+    the selection holds others (send the request again). Without a filter, 422
+    ``selection_required`` (``tenant=`` alone selects the whole tenant). A parameter that
+    is not one of these filters, or one given twice, is refused as on every route (400
+    ``unknown_parameter``, ``repeated_parameter``): ignored, it would widen the
+    selection."""
+    selection = selection_of(
+        tenant=tenant,
+        subscriber=subscriber,
+        pattern_prefix=pattern_prefix,
+        dialect=dialect,
+        group=group,
+        label=label,
+    )
+    return services.admin.remove_selection(caller, selection)
 
 
 @router.delete(

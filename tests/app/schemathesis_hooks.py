@@ -5,10 +5,11 @@ JSON Schema cannot state a limit in UTF-8 bytes (``maxLength`` counts characters
 document says the limit is in bytes), one query parameter's rule that depends on another's
 value (a topic valid in the ``dialect`` parameter's grammar; ``overlaps`` and ``covered_by``
 exclusive, and only in a topic dialect; a group policy only with a group; the listing's
-cursor by matches in two parts), or a list as long as another (a batch's ``keys`` and
-``topics``). The descriptions say them; a client reading the descriptions does not send a
-request that breaks them, so a generated request that does is dropped. Each rule is asked
-of the service's own code (the grammar, the group rule), never restated here.
+cursor by matches in two parts; a removal's selection of at least one filter), or a list
+as long as another (a batch's ``keys`` and ``topics``). The descriptions say them; a
+client reading the descriptions does not send a request that breaks them, so a generated
+request that does is dropped. Each rule is asked of the service's own code (the grammar,
+the group rule, the selection), never restated here.
 
 Only positive cases are filtered: a negative one is refused whatever else it breaks, which
 is what its check wants. ``schemathesis.toml`` loads this module for ``st run``;
@@ -18,17 +19,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import schemathesis
 from schemathesis import GenerationMode
 
+from app.admin_reads import selection_of
 from matcher import MatcherError, get_dialect
 from matcher.groups import check_group, split_shared
 from matcher.limits import Limits
 from store.expiry import expiry_at
 from store.records import DEFAULT_DIALECT, HEADERS_DIALECT, MAX_LABELS_BYTES
+from store.selection import Selection
 from topicstore.times import parse
 
 #: The grammar alone: byte limits are checked against each value's own ``maxLength``.
@@ -149,6 +153,14 @@ def _listing(query: Mapping[str, Any]) -> bool:
     return _one_search_in_a_topic_dialect(query)
 
 
+def _selection(query: Mapping[str, Any]) -> bool:
+    """A removal's selection: at least one filter that selects (``Selection.given``)."""
+    filters = {f.name: query.get(f.name) for f in fields(Selection)}
+    if not all(value is None or isinstance(value, str) for value in filters.values()):
+        return True  # a type the schema forbids: the schema's own checks cover it
+    return bool(selection_of(**filters).given())
+
+
 def _subscription(body: Any) -> bool:
     """A topic subscription's pattern valid in its dialect; labels within their JSON size;
     the group's rules."""
@@ -197,6 +209,7 @@ _QUERY_RULES: Final[dict[str, Callable[[Mapping[str, Any]], bool]]] = {
     "GET /v1/match": _topic_in_dialect,
     "GET /v1/match/explain": _topic_in_dialect,
     "GET /v1/subscriptions": _listing,
+    "DELETE /v1/subscriptions": _selection,
 }
 _BODY_RULES: Final[dict[str, Callable[[Any], bool]]] = {
     "POST /v1/match": lambda body: _topic_in_dialect(_dict(body)),

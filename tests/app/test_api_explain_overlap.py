@@ -290,9 +290,24 @@ def test_cli_direct_and_over_http_agree(
     assert "q3: no match; closest" in human
     assert "#.msft fails after the topic's last word (too_short" in human
 
-    server = serve(**settings_for(store_url))
+    # A selection's removal, one request per TOPICSTORE_MAX_DELETE rows until none is left.
+    doomed = [
+        json.loads(
+            _cli(["sub", "add", "z", f"z.{i}", "--label", f"t={i % 2}", "--json"], env, monkeypatch)
+        )["id"]
+        for i in range(4)
+    ]
+    env["TOPICSTORE_MAX_DELETE"] = "1"
+    removed = _cli(["sub", "rm", "--label", "t=0", "--json"], env, monkeypatch)
+    assert json.loads(removed) == {"deleted": doomed[::2], "more": False}
+
+    server = serve(**settings_for(store_url, max_delete="1"))
     server.wait_until("/readyz", 200)
     over_http = [
         json.loads(_cli([*args, "--api", server.url], env, monkeypatch)) for args in _QUERIES
     ]
     assert over_http == direct
+    removed = _cli(["sub", "rm", "--subscriber", "z", "--api", server.url], env, monkeypatch)
+    assert removed == "removed 2 subscriptions\n"
+    left = _cli(["sub", "ls", "--subscriber", "z", "--json", "--api", server.url], env, monkeypatch)
+    assert json.loads(left) == []

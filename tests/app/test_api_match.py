@@ -156,7 +156,10 @@ def test_tenants_never_see_or_match_each_other(client: TestClient) -> None:
     snapshot = client.get("/v1/snapshot", headers=A_HEADERS).json()["subscriptions"]
     assert [entry["id"] for entry in snapshot] == [a["id"]]
     removed = client.delete("/v1/subscribers/b-queue/subscriptions", headers=A_HEADERS)
-    assert removed.json() == {"deleted": []}
+    assert removed.json() == {"deleted": [], "more": False}
+    removed = client.delete("/v1/subscriptions?pattern_prefix=iso", headers=A_HEADERS)
+    assert removed.json() == {"deleted": [a["id"]], "more": False}
+    a = create(client, "shared-name", "iso.#", headers=A_HEADERS)
     assert match_ids(client, "iso.x", B_HEADERS) == sorted([b["id"], b_only["id"]])
 
     # The same (subscriber, pattern) in two tenants are two subscriptions; deleting one
@@ -186,6 +189,7 @@ REQUESTS_NAMING_A_TENANT: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/v1/subscriptions-export", {"params": {"tenant": "globex"}}),
     ("GET", "/v1/snapshot", {"params": {"tenant": "globex"}}),
     ("DELETE", "/v1/subscribers/b-queue/subscriptions", {"params": {"tenant": "globex"}}),
+    ("DELETE", "/v1/subscriptions", {"params": {"tenant": "globex", "pattern_prefix": "iso"}}),
     ("POST", "/v1/match", {"json": {"topic": "iso.x", "tenant": "globex"}}),
     ("GET", "/v1/match", {"params": {"topic": "iso.x", "tenant": "globex"}}),
     ("POST", "/v1/match/batch", {"json": {"topics": ["iso.x"], "tenant": "globex"}}),
@@ -217,7 +221,7 @@ def test_a_tenant_token_cannot_name_another_tenant_but_the_admin_can(
     if path == "/v1/match":
         assert response.json()["subscriptions"] == [b["id"]]
     if method == "DELETE":
-        assert response.json() == {"deleted": [b["id"]]}
+        assert response.json() == {"deleted": [b["id"]], "more": False}
         assert match_ids(client, "iso.x", B_HEADERS) == []
 
 

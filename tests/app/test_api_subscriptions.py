@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from store import AuditRepository, Database, SubscriptionRepository
-from tests.app.conftest import A_HEADERS, ADMIN_HEADERS, create, match_ids
+from tests.app.conftest import A_HEADERS, ADMIN_HEADERS, ClientFactory, create, match_ids
 
 
 def test_create_then_the_same_again_returns_the_existing_row(client: TestClient) -> None:
@@ -124,12 +124,72 @@ def test_delete_every_subscription_of_a_subscriber(client: TestClient) -> None:
 
     response = client.delete("/v1/subscribers/doomed/subscriptions", headers=ADMIN_HEADERS)
     assert response.status_code == 200, response.text
-    assert response.json() == {"deleted": sorted(doomed)}
+    assert response.json() == {"deleted": sorted(doomed), "more": False}
     assert match_ids(client, "t.x") == [kept]
     assert match_ids(client, "t.x", A_HEADERS) == [other_tenant]
 
     again = client.delete("/v1/subscribers/doomed/subscriptions", headers=ADMIN_HEADERS)
-    assert again.json() == {"deleted": []}
+    assert again.json() == {"deleted": [], "more": False}
+
+
+def _delete(client: TestClient, headers: dict[str, str] = ADMIN_HEADERS, **params: str) -> Any:
+    response = client.delete("/v1/subscriptions", params=params, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_delete_a_selection_removes_what_the_listing_shows(make_client: ClientFactory) -> None:
+    """``DELETE /v1/subscriptions`` with the listing's filters removes exactly what the
+    listing shows with them, in the caller's tenant: a label, a group and prefix, a whole
+    tenant; at most ``max_delete`` per request, the lowest ids first, ``more`` until
+    none is left."""
+    client = make_client(max_delete=2)
+    pay = [create(client, f"p{i}", f"t.{i}.#", labels={"team": "pay"})["id"] for i in range(3)]
+    ops = create(client, "o", "t.#", labels={"team": "ops"})["id"]
+    workers = create(client, "w", "t.w.*", group="workers")["id"]
+    acme = [create(client, "a", p, headers=A_HEADERS, labels={"team": "pay"})["id"] for p in "xy"]
+    listed = client.get("/v1/subscriptions", params={"label": "team=pay"}, headers=ADMIN_HEADERS)
+    assert [row["id"] for row in listed.json()["items"]] == pay
+
+    assert _delete(client, label="team=pay") == {"deleted": pay[:2], "more": True}
+    assert _delete(client, label="team=pay") == {"deleted": pay[2:], "more": False}
+    assert _delete(client, label="team=pay") == {"deleted": [], "more": False}
+    assert match_ids(client, "t.w.x") == [ops, workers]
+    assert _delete(client, group="workers", pattern_prefix="t.w") == {
+        "deleted": [workers],
+        "more": False,
+    }
+    assert match_ids(client, "t.w.x") == [ops]
+    assert match_ids(client, "x", A_HEADERS) == [acme[0]]  # another tenant's: untouched
+    # A tenant's token removes its own rows (the whole tenant: tenant= alone), no other's.
+    assert _delete(client, A_HEADERS, subscriber="o") == {"deleted": [], "more": False}
+    assert _delete(client, A_HEADERS, tenant="acme") == {"deleted": acme, "more": False}
+    wrong = client.delete("/v1/subscriptions", params={"tenant": "default"}, headers=A_HEADERS)
+    assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "wrong_tenant"
+    assert match_ids(client, "t.x") == [ops]
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({}, (422, "selection_required")),
+        ({"pattern_prefix": ""}, (422, "selection_required")),
+        ({"tenant": "default", "lable": "team=ops"}, (400, "unknown_parameter")),
+        ({"overlaps": "t.#"}, (400, "unknown_parameter")),
+        ([("label", "team=ops"), ("label", "team=pay")], (400, "repeated_parameter")),
+        ({"label": "nokey"}, (422, "invalid_request")),
+    ],
+    ids=["none", "an empty prefix", "a misspelt one", "a listing's search", "twice", "bad"],
+)
+def test_delete_a_selection_refuses_what_would_widen_it(
+    client: TestClient, params: Any, code: tuple[int, str]
+) -> None:
+    """A removal without a filter, or with a parameter it would drop, deletes nothing."""
+    kept = create(client, "o", "t.#", labels={"team": "ops"})["id"]
+    for headers in (ADMIN_HEADERS, A_HEADERS):
+        refused = client.delete("/v1/subscriptions", params=params, headers=headers)
+        assert (refused.status_code, refused.json()["error"]["code"]) == code
+    assert match_ids(client, "t.x") == [kept]
 
 
 @pytest.mark.parametrize(
@@ -147,7 +207,7 @@ def test_deleting_a_subscriber_whose_name_needs_escaping(
     kept = create(client, "queue", "r.#")  # what the name starts with
     response = client.delete(f"/v1/subscribers/{path}/subscriptions", headers=ADMIN_HEADERS)
     assert response.status_code == 200, response.text
-    assert response.json() == {"deleted": [row["id"]]}
+    assert response.json() == {"deleted": [row["id"]], "more": False}
     assert match_ids(client, "r.x") == [kept["id"]]
 
 

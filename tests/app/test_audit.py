@@ -70,9 +70,13 @@ def test_every_admin_change_writes_one_row_per_tenant(client: TestClient) -> Non
     gone = client.delete(f"/v1/subscriptions/{one['id']}", headers=A_HEADERS)
     assert gone.status_code == 204
     removed = client.delete("/v1/subscribers/q2/subscriptions?tenant=acme", headers=ADMIN_HEADERS)
-    assert removed.json() == {"deleted": [ids[1]]}
+    assert removed.json() == {"deleted": [ids[1]], "more": False}
     nothing = client.delete("/v1/subscribers/nobody/subscriptions", headers=A_HEADERS)
-    assert nothing.json() == {"deleted": []}  # nothing changed: no row
+    assert nothing.json() == {"deleted": [], "more": False}  # nothing changed: no row
+    selected = client.delete("/v1/subscriptions?tenant=globex", headers=ADMIN_HEADERS)
+    assert selected.json() == {"deleted": [ids[0]], "more": False}
+    none = client.delete("/v1/subscriptions?subscriber=nobody", headers=A_HEADERS)
+    assert none.json() == {"deleted": [], "more": False}  # nothing changed: no row
 
     rows = _audit(client)["items"]
     assert [row["id"] for row in rows] == sorted(row["id"] for row in rows)
@@ -123,10 +127,19 @@ def test_every_admin_change_writes_one_row_per_tenant(client: TestClient) -> Non
             "request_id": removed.headers["X-Request-ID"],
             **common,
         },
+        {
+            "tenant": "globex",
+            "action": "delete",
+            "ids": [ids[0]],
+            "caller_tenant": None,
+            "caller_name": "operator",
+            "request_id": selected.headers["X-Request-ID"],
+            **common,
+        },
     ]
     # A request without an id gets one made for it: 32 hex digits, one per request.
-    made = {gone.headers["X-Request-ID"], removed.headers["X-Request-ID"]}
-    assert len(made) == 2 and all(len(m) == 32 and int(m, 16) >= 0 for m in made)
+    made = {r.headers["X-Request-ID"] for r in (gone, removed, selected)}
+    assert len(made) == 3 and all(len(m) == 32 and int(m, 16) >= 0 for m in made)
     assert TOKEN_A not in str(rows)
 
 

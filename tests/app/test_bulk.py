@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pydantic import JsonValue
 
 from app.auth import OPERATOR, Caller
-from app.bulk import BulkResult, Items, accept_plain, plain
-from app.operations import AdminOperations, parse_item
+from app.bulk import BulkResult, Items, accept_plain, parse_item, plain
+from app.operations import AdminOperations
 from app.refusals import ServiceError
 from app.settings import Settings
 from matcher import Limits, MatcherError

@@ -71,6 +71,11 @@ CASES = {
         ("sub", "add", "q", "a", "--dialect", "kafka"), "invalid_dialect", 2
     ),
     "a label without =": Case(("sub", "add", "q", "a", "--label", "k"), "invalid_label", 2),
+    "a selection's label without =": Case(("sub", "rm", "--label", "k"), "invalid_label", 2),
+    "removing neither an id nor a selection": Case(("sub", "rm"), "selection_required", 2),
+    "removing an id and a selection": Case(
+        ("sub", "rm", "7", "--tenant", "t"), "conflicting_filters", 2
+    ),
     "a 300-byte topic": Case(("match", LONG_TOPIC), "topic_too_long", 1, prepare=True),
     "removing an id that is not there": Case(("sub", "rm", "7"), "not_found", 1, prepare=True),
     "an invalid pattern": Case(

@@ -227,16 +227,19 @@ def test_every_endpoint(connect: ClientFactory, serve: ServerFactory, tmp_path: 
     assert not exported.with_name("acme.parquet.part").exists()
 
     assert acme.delete_subscriber("dash").deleted == [4]
+    gone = acme.delete_subscriptions(group="g", pattern_prefix="orders.eu")
+    assert (gone.deleted, gone.more) == ([3], False)
     acme.delete_subscription(billing.id)
     with pytest.raises(NotFoundError):
         acme.get_subscription(billing.id)
-    assert acme.count_subscriptions().total == 4
+    assert acme.count_subscriptions().total == 3
 
     changes = list(admin.iter_audit(tenant="acme"))
     assert [(c.action, c.ids) for c in changes] == [
         ("create", [1]),
         ("bulk_create", [2, 3, 4, 5, 6]),
         ("delete_subscriber", [4]),
+        ("delete", [3]),
         ("delete", [1]),
     ]
     assert {c.caller_name for c in changes} == {f"acme:{_short(TOKEN_A)}"}
@@ -255,7 +258,7 @@ def test_every_endpoint(connect: ClientFactory, serve: ServerFactory, tmp_path: 
     assert len(admin.analytics("hot-topics", limit=1).rows) == 1
 
     metrics = admin.metrics()
-    assert 'topicstore_tenant_subscriptions{dialect="amqp",tenant="acme"} 3.0' in metrics
+    assert 'topicstore_tenant_subscriptions{dialect="amqp",tenant="acme"} 2.0' in metrics
     assert "topicstore_tenant_subscriptions" not in acme.metrics()
     history = acme.metrics_history()  # any token; the samples are tested in test_history.py
     assert (history.interval_seconds, history.points) == (10.0, 360)

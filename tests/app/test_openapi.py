@@ -44,6 +44,7 @@ OPERATIONS = [
     "GET /v1/subscriptions/{sub_id}",
     "PATCH /v1/subscriptions/{sub_id}",
     "DELETE /v1/subscriptions/{sub_id}",
+    "DELETE /v1/subscriptions",
     "GET /v1/subscriptions-count",
     "DELETE /v1/subscribers/{subscriber}/subscriptions",
     "GET /v1/subscribers/{subscriber}/redundant",

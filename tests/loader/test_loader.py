@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,6 +19,7 @@ from harness.scratch_db import libpq_dsn
 from loader import Loader
 from migrations.runner import upgrade
 from store import Database, NewSubscription, SubscriptionRepository, validate
+from store.selection import Selection
 from tests.matcher.native_capacity import lower_capacity
 
 Sub = NewSubscription
@@ -109,14 +111,25 @@ def test_replicas_converge_through_notifications(
     b.dispose()
 
 
+#: The mass removals: (what the heavy rows hold, the selection, rows per removal).
+MASS_REMOVALS: dict[str, tuple[dict[str, Any], Selection, int | None]] = {
+    "subscriber": ({}, Selection("default", "heavy"), None),
+    "label, bounded": ({"labels": {"batch": "h"}}, Selection(label=("batch", "h")), 1_000),
+    "tenant, bounded": ({"tenant": "acme"}, Selection("acme"), 2_000),
+}
+
+
+@pytest.mark.parametrize("removal", MASS_REMOVALS)
 def test_a_mass_removal_is_read_by_its_writer_and_reaches_another_replica(
-    database: Database, started: Callable[[Database], Loader]
+    database: Database, started: Callable[[Database], Loader], removal: str
 ) -> None:
-    """One write removing a subscriber's thousands of subscriptions (several apply slices
-    and read windows): the writing process's table holds none of them once the write
-    returns (read-your-writes), the others stay, and on PostgreSQL another replica
-    converges to the store."""
-    heavy = [Sub("heavy", f"h.{i}.*") for i in range(2_500)]
+    """One write removing thousands of subscriptions (a subscriber's, a label's, a
+    tenant's; a bounded one repeated while it says ``more``; each several apply slices and
+    read windows): the writing process's table holds none of them once the write returns
+    (read-your-writes), the others stay, and on PostgreSQL another replica converges to
+    the store."""
+    fields, selection, limit = MASS_REMOVALS[removal]
+    heavy = [Sub("heavy", f"h.{i}.*", **fields) for i in range(2_500)]
     with database.write() as session:
         SubscriptionRepository(session).add_many([validate(sub) for sub in heavy])
     kept = _add(database, Sub("light", "h.1.*"), Sub("light", "l.#"))
@@ -124,8 +137,12 @@ def test_a_mass_removal_is_read_by_its_writer_and_reaches_another_replica(
     writer = started(database)
     follower = started(other) if other is not None else None
     before = writer.progress_beat
-    with database.write() as session:
-        removed = SubscriptionRepository(session).remove_subscriber("default", "heavy")
+    removed: list[int] = []
+    more = True
+    while more:
+        with database.write() as session:
+            by_tenant, more = SubscriptionRepository(session).remove_selection(selection, limit)
+        removed += by_tenant.get(heavy[0].tenant, [])
     assert len(removed) == 2_500
     assert sorted(_table_ids(writer)) == kept
     assert set(writer.table.match("default", "amqp", "h.1.x")) == {kept[0]}

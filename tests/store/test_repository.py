@@ -20,6 +20,7 @@ from store import (
 )
 from store.export import export_parquet
 from store.records import Removals
+from store.selection import Selection
 
 
 def _add(db: Database, *items: NewSubscription) -> list[tuple[int, bool]]:
@@ -134,7 +135,7 @@ def test_remove_and_tenant_isolation(database: Database) -> None:
         assert not repo.remove(ids[3], tenant="default")
         assert repo.remove(ids[2])
         assert not repo.remove(ids[2])
-        assert repo.remove_subscriber("default", "q1") == sorted(ids[:2])
+        assert repo.remove_selection(Selection("default", "q1")) == ({"default": ids[:2]}, False)
     with database.read() as session:
         repo = SubscriptionRepository(session)
         assert repo.count() == {"amqp": 1}
@@ -147,13 +148,45 @@ def test_remove_and_tenant_isolation(database: Database) -> None:
         assert removes[0].pattern == "c" and removes[0].subscriber == "q2"
 
 
+def test_a_bounded_removal_takes_the_lowest_ids_of_its_selection(database: Database) -> None:
+    """A selection by label, prefix, group or dialect within one tenant: at most ``limit``
+    rows, the lowest ids first, ``more`` while it holds others; a listing with the same
+    selection shows what is left; the tenant's usage follows."""
+    items = [NewSubscription(f"q{k % 3}", f"a.{k}", labels={"team": "x"}) for k in range(5)]
+    items += [
+        NewSubscription("q9", "a.9", labels={"team": "y"}),
+        NewSubscription("q9", "b.1", labels={"team": "x"}, tenant="other"),
+        NewSubscription("g1", "a.g", group="workers", group_policy="random"),
+        NewSubscription("m1", "a/m", dialect="mqtt"),
+    ]
+    ids = [i for i, _ in _add(database, *items)]
+    team_x = Selection("default", label=("team", "x"))
+    with database.write() as session:
+        repo = SubscriptionRepository(session)
+        assert repo.remove_selection(team_x, limit=2) == ({"default": ids[:2]}, True)
+        assert repo.remove_selection(team_x, limit=3) == ({"default": ids[2:5]}, False)
+        assert repo.remove_selection(team_x, limit=3) == ({}, False)
+        assert [r.id for r in repo.page(tenant="default", label=("team", "x"))] == []
+        group = Selection("default", group="workers", pattern_prefix="a.")
+        assert repo.remove_selection(group, limit=1) == ({"default": [ids[7]]}, False)
+        assert repo.remove_selection(Selection("default", dialect="mqtt")) == (
+            {"default": [ids[8]]},
+            False,
+        )
+        assert repo.usage("default") == 1 and repo.usage("other") == 1
+    with database.read() as session:
+        kept = SubscriptionRepository(session).page(limit=10)
+        assert [r.id for r in kept] == [ids[5], ids[6]]
+
+
 def test_changes_in_reads_runs_of_removes_as_ids(database: Database) -> None:
     """A loader's read of a window of the log: adds as full changes, each run of removes
     between them as one ``Removals`` of its seqs and ids, in seq order; the window's
     bounds hold (``after`` excluded, ``upto`` included)."""
     ids = [i for i, _ in _add(database, *(NewSubscription("q1", f"p{k}") for k in range(4)))]
     with database.write() as session:
-        assert SubscriptionRepository(session).remove_subscriber("default", "q1") == ids
+        removed, more = SubscriptionRepository(session).remove_selection(Selection("default", "q1"))
+        assert removed == {"default": ids} and not more
     (late,) = [i for i, _ in _add(database, NewSubscription("q2", "z"))]
     with database.write() as session:
         assert SubscriptionRepository(session).remove(ids[0]) is None

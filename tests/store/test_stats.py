@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from harness.services import reset_postgres
 from store import Database, NewSubscription, SubscriptionRepository
+from store.selection import Selection
 from store.stats import add_counts, most_matched
 
 T0 = 1_790_000_000  # seconds since the Unix epoch
@@ -66,7 +67,7 @@ def test_a_flush_adds_deltas_and_skips_removed_subscriptions(database: Database)
     with db.write() as session:
         repo = SubscriptionRepository(session)
         assert repo.remove(one) is not None
-        assert repo.remove_subscriber("default", "s1") == [two]
+        assert repo.remove_selection(Selection("default", "s1")) == ({"default": [two]}, False)
     assert _stats(db) == {three: (1, _at(T0 + 2))}
     with db.aside() as session:  # a replica still flushing counts of a removed one
         add_counts(session, [one, three], [1, 1], [T0, T0 + 3], postgres=postgres)
@@ -118,7 +119,8 @@ def test_a_removal_waits_out_a_flush_that_holds_its_rows_on_postgres(
             with db.write() as session:
                 repo = SubscriptionRepository(session)
                 if many:
-                    return repo.remove_subscriber("default", "racer")
+                    removed, _ = repo.remove_selection(Selection("default", "racer"))
+                    return removed.get("default", [])
                 return [] if repo.remove(sub.id) is None else [sub.id]
 
         with ThreadPoolExecutor(1) as pool:

@@ -27,6 +27,7 @@ from topicstore.client import (
     Client,
     NotFoundError,
     Retry,
+    SelectionFilters,
     ServerError,
     SubscriptionFilters,
     UnavailableError,
@@ -57,6 +58,7 @@ SAMPLES: dict[str, Call[Any]] = {
     "export_subscriptions": calls.export_subscriptions(),
     "snapshot": calls.snapshot(),
     "delete_subscriber": calls.delete_subscriber("a/b c"),
+    "delete_subscriptions": calls.delete_subscriptions(label="k=v"),
     "redundant": calls.redundant("a/b c"),
     "match": calls.match("a.b"),
     "match_batch": calls.match_batch(["a.b"]),
@@ -152,6 +154,8 @@ def test_the_filters_are_the_routes_query_parameters(openapi: dict[str, Any]) ->
     listed = _query_names(openapi, "GET", "/v1/subscriptions")
     cursor = {"after", "after_matches", "limit"}  # the paging iterators pass them
     assert set(SubscriptionFilters.__annotations__) == listed - cursor
+    removed = _query_names(openapi, "DELETE", "/v1/subscriptions")
+    assert set(SelectionFilters.__annotations__) == removed
     audited = _query_names(openapi, "GET", "/v1/audit")
     renamed = {"since": "from", "until": "to"}
     assert {renamed.get(n, n) for n in AuditFilters.__annotations__} == audited - {"after", "limit"}
@@ -175,6 +179,9 @@ def test_calls_encode_what_the_api_reads() -> None:
         ("subscriber", "y"),
     )
     assert calls.delete_subscriber("a/b c").path == "/v1/subscribers/a%2Fb%20c/subscriptions"
+    removal = calls.delete_subscriptions(tenant="t", label="k=v", group=None)
+    assert (removal.method, removal.path) == ("DELETE", "/v1/subscriptions")
+    assert removal.query == (("tenant", "t"), ("label", "k=v"))
     # Fields at their defaults are left out; the service fills them in.
     assert calls.match("a.b").body == b'{"topic":"a.b"}'
     assert calls.match("a/b", dialect="mqtt", key="k").body == (

@@ -6,7 +6,7 @@ client's ``Retry`` allows. Loads httpx and pydantic only: neither FastAPI, Spark
 engines."""
 
 from topicstore.client.aio import AsyncClient
-from topicstore.client.calls import AuditFilters, Call, SubscriptionFilters
+from topicstore.client.calls import AuditFilters, Call, SelectionFilters, SubscriptionFilters
 from topicstore.client.errors import (
     ApiError,
     BadRequestError,
@@ -38,6 +38,7 @@ __all__ = [
     "NotFoundError",
     "RateLimitedError",
     "Retry",
+    "SelectionFilters",
     "ServerError",
     "SubscriptionFilters",
     "TooLargeError",

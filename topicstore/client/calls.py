@@ -87,8 +87,9 @@ class Paged(Protocol[Item_co]):
     def next_after(self) -> int | None: ...
 
 
-class SubscriptionFilters(TypedDict, total=False):
-    """What ``GET /v1/subscriptions`` filters on (each None: no filter)."""
+class SelectionFilters(TypedDict, total=False):
+    """What ``DELETE /v1/subscriptions`` selects by (each None: no filter); the listing
+    takes them too, with the same meaning."""
 
     tenant: str | None
     subscriber: str | None
@@ -96,6 +97,11 @@ class SubscriptionFilters(TypedDict, total=False):
     dialect: StoredDialect | None
     group: str | None
     label: str | None
+
+
+class SubscriptionFilters(SelectionFilters, total=False):
+    """What ``GET /v1/subscriptions`` filters on (each None: no filter)."""
+
     overlaps: str | None
     covered_by: str | None
     sort: SubscriptionOrder | None
@@ -262,6 +268,12 @@ def export_subscriptions(tenant: str | None = None) -> Call[int]:
 
 def snapshot(tenant: str | None = None) -> Call[SnapshotOut]:
     return Call("GET", "/v1/snapshot", _model(SnapshotOut), query=_query(tenant=tenant))
+
+
+def delete_subscriptions(**filters: Unpack[SelectionFilters]) -> Call[Deleted]:
+    """One removal of what the filters select (at least one), at most the service's
+    ``TOPICSTORE_MAX_DELETE`` rows: ``more`` says whether to send it again."""
+    return Call("DELETE", "/v1/subscriptions", _model(Deleted), query=_query(**filters))
 
 
 def delete_subscriber(subscriber: str, tenant: str | None = None) -> Call[Deleted]:

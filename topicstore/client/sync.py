@@ -17,7 +17,14 @@ import httpx
 from pydantic import JsonValue
 
 from topicstore.client import calls
-from topicstore.client.calls import PAGE_SIZE, AuditFilters, Call, Paged, SubscriptionFilters
+from topicstore.client.calls import (
+    PAGE_SIZE,
+    AuditFilters,
+    Call,
+    Paged,
+    SelectionFilters,
+    SubscriptionFilters,
+)
 from topicstore.client.retry import DEFAULT_RETRY, Retry
 from topicstore.models import (
     AnalyticsBucket,
@@ -215,6 +222,11 @@ class Client:
 
     def snapshot(self, tenant: str | None = None) -> SnapshotOut:
         return self.send(calls.snapshot(tenant))
+
+    def delete_subscriptions(self, **filters: Unpack[SelectionFilters]) -> Deleted:
+        """Delete what the filters select (at least one), at most the service's
+        ``TOPICSTORE_MAX_DELETE`` per call, lowest ids first: call again while ``more``."""
+        return self.send(calls.delete_subscriptions(**filters))
 
     def delete_subscriber(self, subscriber: str, tenant: str | None = None) -> Deleted:
         return self.send(calls.delete_subscriber(subscriber, tenant))

@@ -220,4 +220,11 @@ class Counts(BaseModel):
 
 
 class Deleted(BaseModel):
-    deleted: list[int]
+    """What a removal deleted."""
+
+    deleted: list[int] = Field(description="The ids removed, ascending.")
+    more: bool = Field(
+        False,
+        description="The selection holds more than one request removes "
+        "(`TOPICSTORE_MAX_DELETE`): send the same request again.",
+    )
