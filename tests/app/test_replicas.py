@@ -60,7 +60,8 @@ def _create(server: Server, pattern: str) -> int:
 
 def test_writes_on_one_replica_match_on_the_other(serve: ServerFactory, postgres_url: str) -> None:
     reset_postgres(postgres_url)
-    a, b = serve(**settings_for(postgres_url)), serve(**settings_for(postgres_url))
+    settings = settings_for(postgres_url, max_delete="2")
+    a, b = serve(**settings), serve(**settings)
     a.wait_until("/readyz", 200), b.wait_until("/readyz", 200)
 
     for i, (writer, reader) in enumerate([(a, b), (b, a)] * 5):
@@ -74,6 +75,21 @@ def test_writes_on_one_replica_match_on_the_other(serve: ServerFactory, postgres
     assert deleted.status_code == 204, deleted.text
     assert _match(a, "gone.now") == []
     _within_bound(lambda: _match(b, "gone.now") == [], "delete")
+
+    # A selection's removal through B, bounded (max_delete 2): A follows each request.
+    items = [{"subscriber": f"s{i}", "pattern": "sel.#", "labels": {"k": "v"}} for i in range(3)]
+    bulk = httpx.post(
+        f"{a.url}/v1/subscriptions/bulk", json={"items": items}, headers=ADMIN_HEADERS
+    )
+    selected = [r["id"] for r in bulk.json()["results"]]
+    _within_bound(lambda: _match(b, "sel.x") == selected, "add before the selection's delete")
+    removed: list[int] = []
+    for more in (True, False):
+        answer = httpx.delete(f"{b.url}/v1/subscriptions?label=k=v", headers=ADMIN_HEADERS)
+        assert answer.status_code == 200 and answer.json()["more"] is more, answer.text
+        removed += answer.json()["deleted"]
+    assert removed == selected and _match(b, "sel.x") == []
+    _within_bound(lambda: _match(a, "sel.x") == [], "the selection's delete")
     ready_a, ready_b = httpx.get(a.url + "/readyz").json(), httpx.get(b.url + "/readyz").json()
     assert ready_a["subscriptions"] == ready_b["subscriptions"] == 10
 
