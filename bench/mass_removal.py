@@ -1,9 +1,11 @@
-"""Removing one subscriber that holds many subscriptions, as an operator would: two real
-``topicstore serve`` replicas on one PostgreSQL holding ``total`` subscriptions, ``held``
-of them one subscriber's; ``DELETE /v1/subscribers/{name}/subscriptions`` through the
-writer while another client matches single topics on each replica without pause and
-``/readyz`` of both is probed every 100 ms, from the request until the follower has
-applied the removal. Rows go in with one COPY (the figure is the removal, not the load).
+"""Removing many subscriptions in one request, as an operator would: two real ``topicstore
+serve`` replicas on one PostgreSQL holding ``total`` subscriptions, ``held`` of them
+selected, either as one subscriber's (``DELETE /v1/subscribers/{name}/subscriptions``) or
+as those holding one label, spread over 1,000 subscribers (``DELETE
+/v1/subscriptions?label=KEY=VALUE``); the request goes through the writer while another
+client matches single topics on each replica without pause and ``/readyz`` of both is
+probed every 100 ms, from the request until the follower has applied the removal. Rows go
+in with one COPY (the figure is the removal, not the load).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import random
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -29,6 +32,11 @@ from migrations.runner import upgrade
 
 TOKEN: Final = "mass-removal-bench-token"
 HEAVY: Final = "heavy"
+#: What each removal selects, and its request (path and query) through the writer.
+REMOVALS: Final = {
+    "one subscriber": f"/v1/subscribers/{HEAVY}/subscriptions",
+    "one label": f"/v1/subscriptions?label=batch={HEAVY}",
+}
 #: Seconds of matching before the removal (the reference row) and after the follower
 #: applied it.
 WARM_S: Final = 2.0
@@ -49,22 +57,32 @@ class Replica:
     failed: list[str] = field(default_factory=list)  # reasons of the 503s
 
 
-def _fill(url: str, total: int, held: int, seed: int) -> list[str]:
-    """``total`` distinct rows, the last ``held`` of them ``HEAVY``'s; returns topics that
-    match some of them (half of them the heavy subscriber's)."""
+def _fill(url: str, total: int, held: int, seed: int, removal: str) -> list[str]:
+    """``total`` distinct rows, the last ``held`` of them selected by ``removal`` (``HEAVY``'s,
+    or labelled ``batch=HEAVY`` over every subscriber); returns topics that match some of
+    them (half of them the selected rows')."""
     patterns = list(dict.fromkeys(p for _, p in market_subscriptions(total + total // 4, seed)))
     patterns = patterns[:total]
     if len(patterns) < total:
         raise ValueError(f"only {len(patterns)} distinct patterns for {total} rows")
+    by_label = removal == "one label"
+    label = f'{{"batch": "{HEAVY}"}}'
     rows = [
-        ("default", HEAVY if i >= total - held else f"q{i % 1_000}", p, "amqp", "topic")
+        (
+            "default",
+            HEAVY if i >= total - held and not by_label else f"q{i % 1_000}",
+            p,
+            "amqp",
+            "topic",
+            label if i >= total - held and by_label else None,
+        )
         for i, p in enumerate(patterns)
     ]
     with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
         with (
             conn.cursor() as cursor,
             cursor.copy(
-                "COPY subscription (tenant, subscriber, pattern, dialect, kind) FROM STDIN"
+                "COPY subscription (tenant, subscriber, pattern, dialect, kind, labels) FROM STDIN"
             ) as copy,
         ):
             for row in rows:
@@ -97,7 +115,7 @@ def _probe_loop(server: Server, out: Replica, stop: threading.Event) -> None:
 
 
 def _removal(
-    writer: Server, follower: Server, topics: list[str], remaining: int
+    writer: Server, follower: Server, topics: list[str], remaining: int, removal: str
 ) -> list[list[Cell]]:
     """One removal with the clients running: the table's rows, the same clients' figures
     just before it first (the machine's own noise)."""
@@ -121,12 +139,14 @@ def _removal(
     cpu = [server.cpu_seconds() for server in (writer, follower)]
     started = time.perf_counter()
     response = httpx.delete(
-        f"{writer.url}/v1/subscribers/{HEAVY}/subscriptions",
+        writer.url + REMOVALS[removal],
         headers={"Authorization": f"Bearer {TOKEN}"},
         timeout=600,
     )
     response_s = time.perf_counter() - started
     response.raise_for_status()
+    if response.json()["more"]:
+        raise RuntimeError(f"{removal}: one request did not remove the whole selection")
     while httpx.get(follower.url + "/readyz", timeout=60).json()["subscriptions"] != remaining:
         time.sleep(0.02)
     applied_s = time.perf_counter() - started
@@ -140,8 +160,8 @@ def _removal(
     for thread in threads:
         thread.join()
     return [
-        [f"{WARM_S:g} s before the removal", None, None, *before, None],
-        ["during the removal", response_s, applied_s, *_cells(replicas), cpu_s],
+        [f"{removal}, {WARM_S:g} s before", None, None, *before, None],
+        [f"{removal}, during the removal", response_s, applied_s, *_cells(replicas), cpu_s],
     ]
 
 
@@ -161,12 +181,16 @@ def _cells(replicas: list[Replica]) -> list[Cell]:
 
 
 def run_mass_removal(
-    total: int, held: int, seed: int = 0, admin_url: str = DEFAULT_ADMIN_URL
+    total: int,
+    held: int,
+    seed: int = 0,
+    admin_url: str = DEFAULT_ADMIN_URL,
+    removals: Sequence[str] = tuple(REMOVALS),
 ) -> Table:
     table = Table(
         name="mass_removal",
-        title=f"Removing one subscriber's {held:,} of {total:,} subscriptions (PostgreSQL, "
-        "two replicas)",
+        title=f"Removing {held:,} of {total:,} subscriptions in one request: one subscriber's, "
+        "one label's (PostgreSQL, two replicas)",
         columns=[
             Column("window", "{}"),
             Column("response (s)", "{:,.2f}", chart=True),
@@ -179,11 +203,13 @@ def run_mass_removal(
             Column("CPU s (writer / follower)", "{}"),
         ],
         notes=[
-            "One DELETE /v1/subscribers/{name}/subscriptions through the writer; meanwhile "
+            "One request through the writer: DELETE /v1/subscribers/{name}/subscriptions "
+            "(one subscriber's), or DELETE /v1/subscriptions?label=batch=heavy (rows of "
+            "1,000 subscribers holding that label); each on a store of its own. Meanwhile "
             "one client per replica sends single POST /v1/match calls back to back and "
             "/readyz of both is probed every 100 ms, from the request until the follower's "
             "table no longer holds them. Match figures: calls started in that window; the "
-            "first row is the same clients just before the removal (the machine's noise). "
+            "row before is the same clients just before the removal (the machine's noise). "
             "CPU: each server process's, from the request until the follower applied the "
             "removal (its matches meanwhile included): the figure a loaded machine does not "
             "inflate as it does the wall times.",
@@ -194,29 +220,35 @@ def run_mass_removal(
     if not postgres_reachable(admin_url):
         table.notes.append(f"skipped: PostgreSQL not reachable at {admin_url}")
         return table
-    with scratch_database(admin_url, prefix="topicstore_bench") as url:
-        upgrade(url)
-        topics = _fill(url, total, held, seed)
-        settings = {"database_url": url, "admin_token": TOKEN}
-        with (
-            tempfile.TemporaryDirectory(prefix="mass-removal-") as workdir,
-            running_server(Path(workdir), settings) as writer,
-            running_server(Path(workdir), settings) as follower,
-        ):
-            writer.wait_until("/readyz", 200)
-            follower.wait_until("/readyz", 200)
-            table.rows += _removal(writer, follower, topics, total - held)
+    for removal in removals:
+        with scratch_database(admin_url, prefix="topicstore_bench") as url:
+            upgrade(url)
+            topics = _fill(url, total, held, seed, removal)
+            settings = {"database_url": url, "admin_token": TOKEN}
+            with (
+                tempfile.TemporaryDirectory(prefix="mass-removal-") as workdir,
+                running_server(Path(workdir), settings) as writer,
+                running_server(Path(workdir), settings) as follower,
+            ):
+                writer.wait_until("/readyz", 200)
+                follower.wait_until("/readyz", 200)
+                table.rows += _removal(writer, follower, topics, total - held, removal)
     return table
 
 
 def main() -> None:
-    """``python -m bench.mass_removal [TOTAL HELD]``: the table alone."""
+    """``python -m bench.mass_removal [TOTAL HELD [REMOVAL ...]]``: the table alone; each
+    REMOVAL is ``subscriber`` or ``label`` (default: both)."""
     import sys
 
     from bench.report import format_table
 
     total, held = (int(a) for a in sys.argv[1:3]) if len(sys.argv) > 2 else (300_000, 100_000)
-    print(format_table(run_mass_removal(total, held)), flush=True)
+    removals = [f"one {name}" for name in sys.argv[3:]] or list(REMOVALS)
+    unknown = set(removals) - set(REMOVALS)
+    if unknown:
+        raise SystemExit(f"unknown removal {', '.join(sorted(unknown))}: subscriber or label")
+    print(format_table(run_mass_removal(total, held, removals=removals)), flush=True)
 
 
 if __name__ == "__main__":

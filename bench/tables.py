@@ -287,7 +287,7 @@ TABLES: Final[dict[str, BenchTable]] = {
         "ms from a commit on one replica to a match on another (LISTEN/NOTIFY)", _propagation
     ),
     "mass_removal": BenchTable(
-        "a subscriber of 100,000 subscriptions removed: response, matches, /readyz",
+        "100,000 subscriptions removed in one request: response, matches, /readyz",
         _mass_removal,
     ),
     "write_load": BenchTable(

@@ -82,7 +82,11 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     ],
     "startup": ["postgresql", "duckdb"],
     "propagation": ["subscribe A -> B"],
-    "mass_removal": ["2 s before the removal", "during the removal"],
+    "mass_removal": [
+        f"one {name}, {window}"
+        for name in ("subscriber", "label")
+        for window in ("2 s before", "during the removal")
+    ],
     "write_load": ["postgresql", "duckdb"],
     "hostile": hostile_rows(QUICK.hostile_patterns, QUICK.hostile_topics),
     "storm": [
