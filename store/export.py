@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from store.arrow import SCHEMA, subscription_batches
 from store.db import Database
 
@@ -24,6 +22,11 @@ def export_parquet(
     is a Python tuple per row before it becomes Arrow: 10,000 rows keep a server's export
     of 1M subscriptions within 1.5x its steady memory (50,000 went to 1.45-1.55x).
     ``check`` is called before each batch; what it raises stops the export."""
+    # Here, not at the top: Parquet's modules (and Arrow's file systems with them) are
+    # 10 MB of the resident set of every process that imports the store, which only an
+    # export needs (an import streams within a memory budget: ``app.heap``).
+    import pyarrow.parquet as pq
+
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with pq.ParquetWriter(path, SCHEMA) as writer:

@@ -52,14 +52,14 @@ def connect(
     ``api_url``, or the configured host and port). ``create``: a store that is not there
     is created and migrated (said on stderr); otherwise it must have been migrated, to the
     current schema (``NoSchemaError``), and is used as it is. ``bulk``: the command writes
-    in bulk (an embedded DuckDB then works on one thread: ``store.Database``)."""
+    in bulk (an embedded DuckDB is then set for it: ``store.Database``)."""
     from store import Database, DatabaseLockedError
 
     if api_url is None:
         if create:
             announce_new_store(settings.database_url)
         try:
-            db = Database(settings.database_url, create=create, threads=1 if bulk else None)
+            db = Database(settings.database_url, create=create, bulk=bulk)
         except DatabaseLockedError:
             api_url = f"http://{settings.host}:{settings.port}"
         else:

@@ -337,8 +337,6 @@ def sub_import(
     from app.cli.protocol import Added
     from app.imports import Batch, read_batches
 
-    heap.keep_pandas_out()  # the process streams: its resident set is its batches'
-
     report: list[dict[str, object]] = []
     created = exists = 0
 
@@ -353,6 +351,7 @@ def sub_import(
         )
 
     with (
+        heap.lean_import(),  # the process streams: its resident set is its batches'
         store_admin(api, create=True, bulk=True) as admin,
         typer.progressbar(length=path.stat().st_size, label="importing", file=sys.stderr) as bar,
         ThreadPoolExecutor(1, thread_name_prefix="topicstore-import") as writer,

@@ -3,6 +3,8 @@ line is reported with its number and the good ones are stored."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from typer.testing import CliRunner, Result
 
 from app.cli import app
 from app.settings import get_settings
+from harness.server import service_environment
 from store import Database, SubscriptionRepository
 
 
@@ -91,3 +94,39 @@ def test_json_lines_are_numbered_by_physical_line(
     assert "line 3: invalid_wildcard" in result.output
     assert "line 4: control_character" in result.output
     assert _stored(store_url) == ["sep.\u2028.x", "nel.\u0085.x", "last"]
+
+
+#: Run in a fresh interpreter: the command in process, then what it loaded, then whether
+#: the modules it kept out can be imported after it.
+_LEAN = """
+import sys
+from typer.testing import CliRunner
+from app.cli import app
+result = CliRunner().invoke(app, ["sub", "import", sys.argv[1]])
+assert result.exit_code == 0, result.output
+print(result.output.strip().splitlines()[-1])
+print(sorted(name for name in ("pandas", "pyarrow.dataset") if name in sys.modules))
+import pyarrow.dataset
+print("pyarrow.dataset" in sys.modules)
+"""
+
+
+def test_an_import_into_duckdb_loads_neither_pandas_nor_pyarrow_dataset(tmp_path: Path) -> None:
+    """``app.heap.lean_import``: DuckDB's client imports pyarrow.dataset to scan each staged
+    Arrow batch and pandas to bind a parameter, only to ask whether a value is theirs (some
+    95 MB of the importing process); the import stores every line without them, and they
+    can be imported again once it is done."""
+    source = tmp_path / "subscriptions.csv"
+    source.write_text("q,lean.one\nq,lean.two\n", encoding="utf-8")
+    env = service_environment({"database_url": f"duckdb:///{tmp_path / 'store.duckdb'}"})
+    done = subprocess.run(
+        [sys.executable, "-c", _LEAN, str(source)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["created 2, already there 0, failed 0", "[]", "True"]
