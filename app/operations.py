@@ -51,13 +51,11 @@ from store import (
     NewSubscription,
     StoreError,
     SubscriptionRepository,
-    batched,
     validate,
 )
 from store.expiry import expired, expiry_at
-from store.group_commit import Job, Later
+from store.group_commit import Job
 from store.groups import GroupPolicies, check_same_group
-from store.records import StoredSubscription
 from store.selection import Selection
 from store.staging import staged_rows
 from topicstore.models import Deleted, ExpiryIn, SubscriptionIn, SubscriptionOut
@@ -104,27 +102,26 @@ class AdminOperations(AdminReads):
         """Create one subscription; the same one again returns the stored row. The flag says
         whether a row was created. Raises the refusal (invalid input, quota, an engine's
         capacity)."""
-        return self.db.writes.run(self._create(item, caller), batched=True)
+        return self.db.writes.run(self._create(item, caller))
 
     async def create_async(
         self, item: SubscriptionIn, caller: Caller
     ) -> tuple[SubscriptionOut, bool]:
         """``create`` for a caller on an event loop (``GroupCommit.run_async``)."""
-        return await self.db.writes.run_async(self._create(item, caller), batched=True)
+        return await self.db.writes.run_async(self._create(item, caller))
 
     def _create(self, item: SubscriptionIn, caller: Caller) -> Job[tuple[SubscriptionOut, bool]]:
         """``create``'s write, validated now."""
         new = self._new(item, caller)
 
-        def check(
-            session: Session,
-        ) -> Callable[[], tuple[SubscriptionOut, bool] | Later[tuple[SubscriptionOut, bool]]]:
+        def check(session: Session) -> Callable[[], tuple[SubscriptionOut, bool]]:
             repo = SubscriptionRepository(session)
             # Only a new row counts: a repeated write still answers at the quota.
-            if new.group is None and self._refusal(repo, new) is None:
-                # The common case in the group's one create statement (``store.batched``).
-                def added(result: tuple[StoredSubscription, bool]) -> tuple[SubscriptionOut, bool]:
-                    row, created = result
+            refusal = self._refusal(repo, new)
+            if refusal is None and new.group is None:
+                # The common case in one statement (``SubscriptionRepository.add``).
+                def add() -> tuple[SubscriptionOut, bool]:
+                    row, created = repo.add(new)
                     if not created and expired(row.expires_at, self._clock()):
                         # An expired row awaiting the sweep is gone for its key: created anew.
                         if repo.remove(row.id) is not None:
@@ -134,8 +131,7 @@ class AdminOperations(AdminReads):
                         self._audit(session, caller, "create", {row.tenant: [row.id]})
                     return subscription_out(row), created
 
-                return lambda: batched.add_later(repo, new).then(added)
-            batched.settle(session)  # what follows reads the store as the group left it
+                return add
             resolved = _with_policies(repo, [new]).resolve(new) if new.group else new
             existing = repo.find(resolved)
             # An expired row awaiting the sweep is gone for its key: created anew.
@@ -267,25 +263,25 @@ class AdminOperations(AdminReads):
     def remove(self, sub_id: int, caller: Caller) -> None:
         """Delete one subscription (of the caller's tenant, unless the operator asks);
         ``NotFoundError`` when there is none."""
-        _removed(sub_id, self.db.writes.run(self._remove(sub_id, caller), batched=True))
+        _removed(sub_id, self.db.writes.run(self._remove(sub_id, caller)))
 
     async def remove_async(self, sub_id: int, caller: Caller) -> None:
         """``remove`` for a caller on an event loop (``GroupCommit.run_async``)."""
-        _removed(sub_id, await self.db.writes.run_async(self._remove(sub_id, caller), batched=True))
+        _removed(sub_id, await self.db.writes.run_async(self._remove(sub_id, caller)))
 
     def _remove(self, sub_id: int, caller: Caller) -> Job[bool]:
         """``remove``'s write: whether there was such a row."""
 
-        def check(session: Session) -> Callable[[], Later[bool]]:
-            def removed(row: StoredSubscription | None) -> bool:
+        def check(session: Session) -> Callable[[], bool]:
+            def write() -> bool:
+                # One statement: the delete says whether there was a row (nothing written
+                # otherwise, so the refusal below needs no rollback).
+                row = SubscriptionRepository(session).remove(sub_id, tenant=caller.tenant)
                 if row is not None:
                     self._audit(session, caller, "delete", {row.tenant: [sub_id]})
                 return row is not None
 
-            # The group's one delete statement says whether there was a row (nothing
-            # written otherwise, so the refusal needs no rollback).
-            repo = SubscriptionRepository(session)
-            return lambda: batched.remove_later(repo, sub_id, caller.tenant).then(removed)
+            return write
 
         return check
 

@@ -44,13 +44,7 @@ COMMITTING: Final = "topicstore.committing"
 CommitHook = Callable[[Sequence[Change] | None], object]
 
 
-#: A write transaction's start on PostgreSQL: its ``BEGIN`` and the writer lock in one
-#: round trip (a simple query of two statements, on a connection in autocommit mode so
-#: the driver sends no ``BEGIN`` of its own; its ``COMMIT`` and ``ROLLBACK`` still end the
-#: transaction, as the driver sends them whenever the server is in one).
-_BEGIN_LOCKED: Final = (
-    f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITER_LOCK_KEY:d})"
-)
+_WRITER_LOCK: Final = sa.select(sa.func.pg_advisory_xact_lock(WRITER_LOCK_KEY))
 
 
 class Committed:
@@ -206,16 +200,6 @@ class Database:
             if self.backend is Backend.POSTGRES
             else self.sessions
         )
-        #: Write transactions' sessions (``transaction``): on PostgreSQL they begin
-        #: themselves (``_BEGIN_LOCKED``).
-        self._writing = (
-            sessionmaker(
-                self.engine.execution_options(isolation_level="AUTOCOMMIT"),
-                expire_on_commit=False,
-            )
-            if self.backend is Backend.POSTGRES
-            else self.sessions
-        )
         self._local_writer = threading.Lock()
         self._after_commit: list[CommitHook] = []
         #: Committed transactions numbered in commit order, and how many have had their
@@ -306,9 +290,9 @@ class Database:
         instead of lengthening the serialized part."""
         with self._local_writer:
             try:
-                with self._writing.begin() as session:
+                with self.sessions.begin() as session:
                     if self.is_postgres:
-                        session.connection().exec_driver_sql(_BEGIN_LOCKED)
+                        session.connection().execute(_WRITER_LOCK)
                     session.info[COMMITTING] = self._committing
                     committed = Committed(self, session)
                     yield committed

@@ -53,13 +53,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 T = TypeVar("T")
-U = TypeVar("U")
+#: The read-and-check phase of a write; returns the write phase.
+Job = Callable[[Session], Callable[[], T]]
 #: Jobs one transaction takes at most (a bulk job counts as one: its items are bounded by
 #: the batch limit).
 MAX_GROUP: Final = 256
-#: Where a write transaction's session keeps the writes deferred to one statement for the
-#: group (``store.batched``): a callable that runs them.
-SETTLE: Final = "topicstore.settle"
 #: Threads that lead groups of writes whose callers wait on an event loop: one leads while
 #: the one before applies its group to the routing table.
 LEADERS: Final = 2
@@ -79,15 +77,10 @@ class _Pending(Generic[T]):
     """One caller's job, its outcome, and how its caller learns of it: the event its
     thread waits on, or (``done``) a call that resolves its future on its event loop."""
 
-    __slots__ = ("batched", "context", "done", "error", "job", "lead", "result", "wake")
+    __slots__ = ("context", "done", "error", "job", "lead", "result", "wake")
 
-    def __init__(
-        self, job: Job[T], done: Callable[[], object] | None = None, *, batched: bool = False
-    ) -> None:
+    def __init__(self, job: Job[T], done: Callable[[], object] | None = None) -> None:
         self.job = job
-        #: The job may defer its statements to the group's (``store.batched``); one that
-        #: does not first has the deferred writes before it run.
-        self.batched = batched
         #: The caller's context, which the job runs in (see the module docstring).
         self.context = contextvars.copy_context()
         self.result: T | None = None
@@ -101,48 +94,6 @@ class _Pending(Generic[T]):
         if self.error is not None:
             raise self.error
         return self.result  # type: ignore[return-value]
-
-
-class Later(Generic[T]):
-    """A deferred write's result, known once its group's statements have run; ``then``
-    chains what the caller does with it (in the same transaction)."""
-
-    __slots__ = ("_next", "_set", "_value")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._value: T | None = None
-        self._next: list[tuple[Later[Any], Callable[[T], Any]]] = []
-
-    @classmethod
-    def of(cls, value: T) -> Later[T]:
-        later: Later[T] = cls()
-        later.set(value)
-        return later
-
-    def set(self, value: T) -> None:
-        self._value, self._set = value, True
-        for following, step in self._next:
-            following.set(step(value))
-        self._next.clear()
-
-    def then(self, step: Callable[[T], U]) -> Later[U]:
-        following: Later[U] = Later()
-        if self._set:
-            following.set(step(self._value))  # type: ignore[arg-type]
-        else:
-            self._next.append((following, step))
-        return following
-
-    def value(self) -> T:
-        if not self._set:
-            raise RuntimeError("the write's group has not run its statements yet")
-        return self._value  # type: ignore[return-value]
-
-
-#: The read-and-check phase of a write; returns the write phase, whose result may wait for
-#: the group's statements (a ``Later``: ``store.batched``).
-Job = Callable[[Session], Callable[[], "T | Later[T]"]]
 
 
 class _GroupAbortError(Exception):
@@ -169,10 +120,9 @@ class GroupCommit:
         #: Where groups are led for callers on an event loop (made at the first).
         self._leaders: ThreadPoolExecutor | None = None
 
-    def run(self, job: Job[T], *, batched: bool = False) -> T:
-        """Run ``job`` in the next group; its result, or its refusal raised here.
-        ``batched``: its write phase may return a ``store.batched.Later``."""
-        pending: _Pending[T] = _Pending(job, batched=batched)
+    def run(self, job: Job[T]) -> T:
+        """Run ``job`` in the next group; its result, or its refusal raised here."""
+        pending: _Pending[T] = _Pending(job)
         with self._lock:
             self._queue.append(pending)
             if not self._leading:
@@ -183,7 +133,7 @@ class GroupCommit:
             self._lead()
         return pending.outcome()
 
-    async def run_async(self, job: Job[T], *, batched: bool = False) -> T:
+    async def run_async(self, job: Job[T]) -> T:
         """``run`` for a caller on an event loop: its result, or its refusal raised here.
         The caller waits on a future, and one of the group commit's threads leads its group
         (see the module docstring)."""
@@ -194,7 +144,7 @@ class GroupCommit:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(_resolve, future)
 
-        pending: _Pending[T] = _Pending(job, done, batched=batched)
+        pending: _Pending[T] = _Pending(job, done)
         with self._lock:
             self._queue.append(pending)
             if not self._leading:
@@ -258,7 +208,6 @@ class GroupCommit:
                 with self._begin() as transaction:
                     for pending in group:
                         _run(pending, transaction.session, alone=False)
-                    _settle(group, transaction.session, alone=False)
             except _GroupAbortError:
                 pass  # rolled back: every job again, alone
             except BaseException as e:  # the commit (or the lock) failed: every job with it
@@ -275,7 +224,6 @@ class GroupCommit:
             try:
                 with self._begin() as transaction:
                     _run(pending, transaction.session, alone=True)
-                    _settle([pending], transaction.session, alone=True)
             except BaseException as e:
                 pending.result, pending.error = None, e
             else:
@@ -298,8 +246,6 @@ def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:
     was written); in a group, a failed statement or write phase fails the group. Alone,
     every exception is the job's own and propagates, so the transaction rolls back."""
     run = pending.context.run
-    if not pending.batched:
-        _deferred(session, alone=alone)  # it reads the store as the group's writes left it
     try:
         write = run(pending.job, session)
     except sa.exc.SQLAlchemyError:
@@ -315,25 +261,3 @@ def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:
         if not alone:
             raise _GroupAbortError from None
         raise
-
-
-def _deferred(session: Session, *, alone: bool) -> None:
-    """Run the writes deferred to the group's statements (``SETTLE``), if any. In a group,
-    a failed statement fails the group (each job runs again alone)."""
-    settle = session.info.get(SETTLE)
-    if settle is None:
-        return
-    try:
-        settle()
-    except Exception:
-        if not alone:
-            raise _GroupAbortError from None
-        raise
-
-
-def _settle(group: list[_Pending[Any]], session: Session, *, alone: bool) -> None:
-    """Run the group's deferred writes and take each deferred result's value."""
-    _deferred(session, alone=alone)
-    for pending in group:
-        if isinstance(pending.result, Later):
-            pending.result = pending.result.value()

@@ -17,7 +17,7 @@ is pending.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -26,7 +26,6 @@ from sqlalchemy.orm import Session
 
 from store import pg_write
 from store.db import COMMITTED, COMMITTING
-from store.group_commit import SETTLE
 from store.models import AuditLog, ChangeLog, TenantUsage
 from store.records import Change, criteria_tuple
 from store.stats import STATS
@@ -91,7 +90,7 @@ def usage(session: Session, tenant: str) -> int:
     return rows.stored[tenant] + rows.moved.get(tenant, 0)
 
 
-def move(session: Session, deltas: Mapping[str, int]) -> None:
+def move(session: Session, deltas: dict[str, int]) -> None:
     """Count ``deltas`` (subscriptions added, negative for removed) per tenant."""
     moved = pending(session).moved
     for tenant, delta in deltas.items():
@@ -117,11 +116,7 @@ def forget(session: Session, ids: Sequence[int]) -> None:
 
 def flush(session: Session) -> None:
     """Write everything pending: change rows in order, the counters, audit rows, the
-    removed subscriptions' statistics and the doorbell on PostgreSQL; first, any writes
-    still deferred to the group's statements (``store.batched``)."""
-    settle = session.info.pop(SETTLE, None)
-    if settle is not None:
-        settle()
+    removed subscriptions' statistics and the doorbell on PostgreSQL."""
     rows = session.info.pop(_KEY, None)
     if rows is None:
         return

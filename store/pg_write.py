@@ -82,52 +82,6 @@ def add_if_absent(connection: sa.Connection, values: Mapping[str, Any]) -> sa.Ro
     return connection.exec_driver_sql(_ADD_IF_ABSENT, tuple(params)).one()
 
 
-_KEY_MATCH: Final = " AND ".join(f"s.{QUOTE(name)} = i.{QUOTE(name)}" for name in _KEY)
-_NEW_ARRAYS: Final = ", ".join(
-    f"%s::{_cast_type(_SUBSCRIPTION.c[name].type)}[]" for name in NEW_COLUMNS
-)
-_NEW_NAMES: Final = ", ".join(map(QUOTE, NEW_COLUMNS))
-_S_ALL: Final = ", ".join(f"s.{QUOTE(c.name)}" for c in _SUBSCRIPTION.columns)
-#: ``_ADD_IF_ABSENT`` for a group's creates (distinct keys), one array per column: the
-#: stored row of each present key, an inserted one (in the items' order) for each absent
-#: key; ``ord`` is the item's 1-based position.
-_ADD_ALL_IF_ABSENT: Final = (
-    f"WITH i AS (SELECT * FROM unnest({_NEW_ARRAYS}) WITH ORDINALITY AS u({_NEW_NAMES}, ord)), "
-    f"found AS (SELECT {_S_ALL}, i.ord FROM i JOIN subscription s ON {_KEY_MATCH}), "
-    f"added AS (INSERT INTO subscription ({_NEW_NAMES}) SELECT {_NEW_NAMES} FROM i "
-    "WHERE NOT EXISTS (SELECT FROM found WHERE found.ord = i.ord) ORDER BY i.ord "
-    f"RETURNING {_ALL}) "
-    f"SELECT {_S_ALL}, true AS created, i.ord FROM added s JOIN i ON {_KEY_MATCH} "
-    f"UNION ALL SELECT {_ALL}, false, ord FROM found"
-)
-#: A group's removals by id, each of one tenant or (NULL) of any: the rows deleted.
-_REMOVE_ALL: Final = (
-    "DELETE FROM subscription s USING unnest(%s::bigint[], %s::text[]) AS r(id, tenant) "
-    f"WHERE s.id = r.id AND (r.tenant IS NULL OR s.tenant = r.tenant) RETURNING {_S_ALL}"
-)
-
-
-def add_all_if_absent(
-    connection: sa.Connection, values: Sequence[Mapping[str, Any]]
-) -> list[sa.Row[Any]]:
-    """``add_if_absent`` of each of ``values`` (new subscriptions of distinct keys), in one
-    statement: each row with ``created`` and ``ord`` (1-based, in ``values``' order)."""
-    columns: list[list[Any]] = [[] for _ in NEW_COLUMNS]
-    for row in values:
-        for column, value in zip(columns, _row(row, NEW_COLUMNS, _NEW_JSON), strict=True):
-            column.append(value)
-    return list(connection.exec_driver_sql(_ADD_ALL_IF_ABSENT, tuple(columns)))
-
-
-def remove_all(
-    connection: sa.Connection, removals: Sequence[tuple[int, str | None]]
-) -> list[sa.Row[Any]]:
-    """Delete each (id, tenant or None) of ``removals`` in one statement: the rows deleted."""
-    ids = [sub_id for sub_id, _ in removals]
-    tenants = [tenant for _, tenant in removals]
-    return list(connection.exec_driver_sql(_REMOVE_ALL, (ids, tenants)))
-
-
 class _Insert:
     """An ``INSERT`` of any number of rows into ``table``'s columns ``names``: one array
     parameter per column, unnested in the rows' order. One text for every row count, short

@@ -8,8 +8,7 @@ row in the same transaction and, on PostgreSQL, rings the ``topicstore_changes``
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, cast
@@ -51,7 +50,7 @@ _REMOVE: Final = (
 _REMOVE_OF_TENANT: Final = _REMOVE.where(_SUBSCRIPTION.c.tenant == sa.bindparam("tenant"))
 
 
-def stored_row(row: Any) -> StoredSubscription:
+def _stored(row: Any) -> StoredSubscription:
     """A ``StoredSubscription`` from a row holding its fields (by attribute: an ORM object
     or a Core row), with its statistics when the row has them (``with_stats``)."""
     values = {name: getattr(row, name) for name in _STORED_FIELDS}
@@ -83,7 +82,7 @@ def _key(new: NewSubscription) -> tuple[sa.ColumnElement[bool], ...]:
     )
 
 
-def values_of(new: NewSubscription) -> dict[str, Any]:
+def _values(new: NewSubscription) -> dict[str, Any]:
     """Column values of ``new``; criteria pairs as JSON lists."""
     values = {name: getattr(new, name) for name in NEW_COLUMNS}
     if new.criteria is not None:
@@ -95,10 +94,10 @@ class SubscriptionRepository(RoutingReads):
     """Reads and writes subscriptions on ``session`` (validated input: see ``validate``);
     the loader's reads are ``RoutingReads``'."""
 
-    def _core(self, statement: sa.Executable, params: Any = None) -> sa.CursorResult[Any]:
+    def _core(self, statement: sa.Executable) -> sa.CursorResult[Any]:
         """``statement`` on the transaction's connection, as Core: the write path's
         statements need none of the ORM's bookkeeping around them."""
-        return self.session.connection().execute(statement, params)
+        return self.session.connection().execute(statement)
 
     # -- writes -------------------------------------------------------------------------
 
@@ -111,10 +110,12 @@ class SubscriptionRepository(RoutingReads):
             if existing is not None:
                 return existing, False
             return self.insert(new), True
-        row = pg_write.add_if_absent(self.session.connection(), values_of(new))
-        if row.created:
-            self.added([row])
-        return stored_row(row), row.created
+        row = pg_write.add_if_absent(self.session.connection(), _values(new))
+        if not row.created:
+            return _stored(row), False
+        self._log_rows("add", [row])
+        self._count({new.tenant: 1})
+        return _stored(row), True
 
     def find(self, new: NewSubscription) -> StoredSubscription | None:
         """The stored row with ``new``'s key, if any: one index probe, O(log n). DuckDB
@@ -137,16 +138,17 @@ class SubscriptionRepository(RoutingReads):
                 same.c.dialect == new.dialect,
             )
         row = self._core(query).first()
-        return None if row is None else stored_row(row)
+        return None if row is None else _stored(row)
 
     def insert(self, new: NewSubscription) -> StoredSubscription:
         """Insert ``new``, whose key ``find`` found absent in this transaction (writers are
         serialized, so nothing inserts it in between; the unique constraint would refuse a
         second one). Looking up first keeps a repeated subscription from drawing an id from
         the sequence: an insert that conflicts has drawn one already, and skips it."""
-        row = self._core(_TABLE.insert().values(**values_of(new)).returning(*_SUBSCRIPTION.c)).one()
-        self.added([row])
-        return stored_row(row)
+        row = self._core(_TABLE.insert().values(**_values(new)).returning(*_SUBSCRIPTION.c)).one()
+        self._log_rows("add", [row])
+        self._count({new.tenant: 1})
+        return _stored(row)
 
     def add_many(self, items: Sequence[NewSubscription], *, ids: bool = True) -> AddedMany:
         """``add_rows`` of ``items`` (validated records), in order."""
@@ -231,24 +233,19 @@ class SubscriptionRepository(RoutingReads):
 
     def remove(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
         """Delete subscription ``sub_id`` (of ``tenant``, when given); the row it was, or
-        None if absent (the change log records the row the delete returns)."""
-        params = {"id": sub_id} if tenant is None else {"id": sub_id, "tenant": tenant}
-        row = self._core(_REMOVE if tenant is None else _REMOVE_OF_TENANT, params).first()
+        None if absent. Two statements: the delete returns the row, which the change log
+        then records."""
+        connection = self.session.connection()
+        if tenant is None:
+            row = connection.execute(_REMOVE, {"id": sub_id}).first()
+        else:
+            row = connection.execute(_REMOVE_OF_TENANT, {"id": sub_id, "tenant": tenant}).first()
         if row is None:
             return None
-        self.removed([row])
-        return stored_row(row)
-
-    def added(self, rows: Sequence[Any]) -> None:
-        """Log and count ``rows``, just inserted (holding every column)."""
-        self._log_rows("add", rows)
-        self._count(Counter(row.tenant for row in rows))
-
-    def removed(self, rows: Sequence[Any]) -> None:
-        """Log and count ``rows``, just deleted, and drop their statistics at commit."""
-        pending.forget(self.session, [row.id for row in rows])
-        self._log_rows("remove", rows)
-        self._count({t: -n for t, n in Counter(row.tenant for row in rows).items()})
+        pending.forget(self.session, [sub_id])
+        self._log_rows("remove", [row])
+        self._count({row.tenant: -1})
+        return _stored(row)
 
     def remove_selection(
         self, selection: Selection, limit: int | None = None
@@ -311,7 +308,7 @@ class SubscriptionRepository(RoutingReads):
         transaction's writes."""
         return pending.usage(self.session, tenant)
 
-    def _count(self, deltas: Mapping[str, int]) -> None:
+    def _count(self, deltas: dict[str, int]) -> None:
         """Move each tenant's ``tenant_usage`` row by its delta at commit (exact at every
         commit: writers are serialized)."""
         pending.move(self.session, deltas)
@@ -348,7 +345,7 @@ class SubscriptionRepository(RoutingReads):
         if tenant is not None:
             where.append(_SUBSCRIPTION.c.tenant == tenant)
         row = self._core(with_stats(sa.select(_SUBSCRIPTION)).where(*where)).first()
-        return None if row is None else stored_row(row)
+        return None if row is None else _stored(row)
 
     def page(
         self,
@@ -397,7 +394,7 @@ class SubscriptionRepository(RoutingReads):
             if not ids:
                 return []
             query = query.where(Subscription.id.in_(list(ids)[:MAX_PAGE]))
-        return [stored_row(row) for row in self._core(query)]
+        return [_stored(row) for row in self._core(query)]
 
     def count(self, tenant: str | None = None) -> dict[str, int]:
         """Subscription counts per dialect (``headers`` for content-based ones)."""
@@ -466,7 +463,7 @@ class SubscriptionRepository(RoutingReads):
         if row is None:
             return None
         self._log_rows("add", [row])
-        return stored_row(row)
+        return _stored(row)
 
     def group_policies(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Policy]:
         """The stored policy of each (tenant, group) in ``keys`` that has members (every

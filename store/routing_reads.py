@@ -34,10 +34,6 @@ class RoutingReads:
         self.session = session
         self._postgres = session.get_bind().dialect.name == "postgresql"
 
-    @property
-    def is_postgres(self) -> bool:
-        return self._postgres
-
     def stream_all(self, batch_size: int = 10_000) -> Iterator[Change]:
         """Every subscription, as ``add`` changes (seq 0), streamed in batches (a server-side
         cursor on PostgreSQL), for building matchers without holding every row at once.

@@ -180,8 +180,7 @@ def test_writes_committed_by_another_requests_thread_stay_in_their_own_trace(
     traced: Traced,
 ) -> None:
     """Four writes queued behind a held transaction commit as one group, led by one of
-    their threads: each one's trace is its own, and the group's one create statement is
-    in one of them."""
+    their threads: each one's statements are still under its own request."""
     writes = traced.services.db.writes
     held, release = threading.Event(), threading.Event()
 
@@ -218,17 +217,14 @@ def test_writes_committed_by_another_requests_thread_stay_in_their_own_trace(
         thread.join(30)
     assert statuses == [201] * 4
     assert writes.groups == groups + 2  # the holder's, then one for the four
-    # On PostgreSQL the four creates share one statement (``store.batched``), under the
-    # first of them; on DuckDB (in process) each runs its own, under its own request.
-    inserts = []
     for index, trace_id in enumerate(trace_ids):
         spans = traced.trace(trace_id)
         root = one_tree(spans)
-        inserts += [
+        inserts = [
             s for s in children(spans, root) if "INSERT INTO subscription " in str(s.attributes)
         ]
+        assert len(inserts) == 1, index
         assert f"grouped.{index}" not in str([s.attributes for s in spans])  # bound, not text
-    assert len(inserts) == (1 if traced.services.db.is_postgres else 4)
 
 
 def test_the_match_span_has_words_and_results_but_not_the_topic(traced: Traced) -> None:
