@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session
 
-from app.auth import OPERATOR
+from app.auth import OPERATOR, Caller
 from app.operations import AdminOperations
-from app.refusals import QuotaExceededError
+from app.refusals import NotFoundError, QuotaExceededError
 from app.settings import Settings
 from matcher import InvalidPatternError
 from store import Database, SubscriptionRepository
@@ -61,3 +61,78 @@ def test_a_group_keeps_each_callers_outcome(database: Database) -> None:
     with database.read() as session:
         repo = SubscriptionRepository(session)
         assert sum(repo.count("default").values()) == repo.usage("default") == quota
+
+
+def test_a_group_of_single_writes_ends_as_they_would_one_at_a_time(database: Database) -> None:
+    """Single creates and removals queued behind a held transaction run as one group; each
+    caller gets what the same writes run one at a time in queue order give: a repeated
+    create answers the stored row, a second removal of a row and another tenant's removal
+    find nothing, and a create admitted by the quota only once the group's removal ran is
+    created."""
+    operations = AdminOperations(
+        database, Settings(_env_file=None, database_url=database.url, tenant_quota=3)
+    )
+    gone, kept = (
+        operations.create(SubscriptionIn(subscriber="s", pattern=p), OPERATOR)[0]
+        for p in ("gone", "kept")
+    )
+    acme = Caller("acme", "acme:test")
+    calls: list[Callable[[], object]] = [
+        lambda: operations.create(SubscriptionIn(subscriber="s", pattern="kept"), OPERATOR),
+        lambda: operations.remove(gone.id, OPERATOR),
+        lambda: operations.create(SubscriptionIn(subscriber="s", pattern="new"), OPERATOR),
+        lambda: operations.create(SubscriptionIn(subscriber="s", pattern="new"), OPERATOR),
+        lambda: operations.remove(gone.id, OPERATOR),
+        lambda: operations.remove(kept.id, acme),  # another tenant's row: not found
+        lambda: operations.create(SubscriptionIn(subscriber="s", pattern="last"), OPERATOR),
+    ]
+    outcomes = _as_one_group(database, calls)
+    assert outcomes[0] == (kept, False)
+    assert outcomes[1] is None
+    new = outcomes[2]
+    assert isinstance(new, tuple) and new[1] and new[0].pattern == "new"
+    assert outcomes[3] == (new[0], False)
+    assert isinstance(outcomes[4], NotFoundError)
+    assert isinstance(outcomes[5], NotFoundError)
+    last = outcomes[6]  # within the quota once "gone" is gone:
+    assert isinstance(last, tuple) and last[1] and last[0].pattern == "last"
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        assert repo.usage("default") == 3
+        assert sorted(s.pattern for s in repo.page(limit=10)) == ["kept", "last", "new"]
+
+
+def _as_one_group(database: Database, calls: list[Callable[[], object]]) -> list[object]:
+    """Each of ``calls`` (one write each) from a thread of its own, queued in order behind
+    a held transaction, so that they run as one group; each one's result or refusal."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold(session: Session) -> Callable[[], None]:
+        held.set()
+        assert release.wait(30)
+        return lambda: None
+
+    outcomes: list[object] = [None] * len(calls)
+
+    def call(index: int) -> None:
+        try:
+            outcomes[index] = calls[index]()
+        except Exception as e:  # the outcome under test
+            outcomes[index] = e
+
+    holder = threading.Thread(target=database.writes.run, args=(hold,))
+    holder.start()
+    assert held.wait(30)
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
+    deadline = time.monotonic() + 30
+    for queued, thread in enumerate(threads, 1):
+        thread.start()
+        while database.writes.waiting() < queued:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    groups = database.writes.groups
+    release.set()
+    for thread in [holder, *threads]:
+        thread.join(30)
+    assert database.writes.groups == groups + 2  # the holder's, then one for the rest
+    return outcomes
