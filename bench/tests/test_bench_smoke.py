@@ -78,7 +78,9 @@ EXPECTED_ROWS: dict[str, list[str]] = {
     "slow_clients_cut": ["answered 408 request_timeout"],
     "store_load": [f"{QUICK.store_sizes[0]:,}"],
     "import_load": [
-        f"{backend}, {QUICK.import_sizes[0]:,}" for backend in ("PostgreSQL", "DuckDB")
+        f"{backend}, {mode}, {QUICK.import_sizes[0]:,}"
+        for mode in ("direct", "api")
+        for backend in ("PostgreSQL", "DuckDB")
     ],
     "startup": ["postgresql", "duckdb"],
     "propagation": ["subscribe A -> B"],
