@@ -194,6 +194,22 @@ def route_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "pipeline.cli", *args]
 
 
+def _route(messages: Path, subscriptions: Path, out: Path, *options: str) -> list[str]:
+    """``topicstore route`` over these files on ``MASTER``, with ``options``."""
+    return route_command(
+        "route",
+        *options,
+        "--messages",
+        str(messages),
+        "--subscriptions",
+        str(subscriptions),
+        "--out",
+        str(out),
+        "--master",
+        MASTER,
+    )
+
+
 def run_batch(
     messages: Path, subscriptions: Path, out: Path, checkout: Path | None = None
 ) -> BatchRun:
@@ -206,17 +222,7 @@ def run_batch(
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     process = subprocess.Popen(
-        route_command(
-            "route",
-            "--messages",
-            str(messages),
-            "--subscriptions",
-            str(subscriptions),
-            "--out",
-            str(out),
-            "--master",
-            MASTER,
-        ),
+        _route(messages, subscriptions, out),
         env=env,
         cwd=checkout,
         stdout=subprocess.PIPE,
@@ -383,20 +389,7 @@ def run_stream(
     )
     load_before = os.getloadavg()[0]
     process = subprocess.Popen(
-        route_command(
-            "route",
-            "--follow",
-            "--messages",
-            str(landing),
-            "--subscriptions",
-            str(subscriptions),
-            "--out",
-            str(out),
-            "--master",
-            MASTER,
-            "--trigger-interval",
-            str(TRIGGER_S),
-        ),
+        _route(landing, subscriptions, out, "--follow", "--trigger-interval", str(TRIGGER_S)),
         env=env,
         cwd=checkout,
         stdout=subprocess.PIPE,
