@@ -21,6 +21,7 @@ every process is stopped at the end, whatever happened.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import secrets
 import tempfile
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Final
 
 import httpx
+import psycopg
+from sqlalchemy.engine import make_url
 
 from bench.big_store import big_store_url
 from bench.percentiles import percentile
@@ -72,8 +75,38 @@ def _p(samples: Sequence[float], q: int) -> float:
     return _ms(percentile(samples, q))  # NaN for none
 
 
+def backend_cpu_seconds(url: str | None) -> dict[int, float]:
+    """User + system CPU seconds of each PostgreSQL backend serving the database at ``url``
+    (its pid from ``pg_stat_activity``, its CPU from ``/proc``: only when PostgreSQL runs on
+    this machine; empty otherwise, and for DuckDB)."""
+    if url is None or not url.startswith("postgresql"):
+        return {}
+    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(plain, autocommit=True) as connection:
+        pids = [
+            pid
+            for (pid,) in connection.execute(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ]
+    spent = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # not on this machine, or gone meanwhile
+            continue
+        spent[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return spent
+
+
 def measure(
-    servers: Sequence[Server], token: str, clients: int, seconds: float, directory: Path
+    servers: Sequence[Server],
+    token: str,
+    clients: int,
+    seconds: float,
+    directory: Path,
+    database_url: str | None = None,
 ) -> tuple[dict[str, float], list[str]]:
     """The figures of one store (the quiet match p99, then the churn with its probes), and
     what a figure alone does not say (why a /readyz probe failed)."""
@@ -95,8 +128,10 @@ def measure(
         churn = phase.start("churn", url, *timed, "--clients", str(clients))
         phase.wait_ready()
         before = [_passes(server) for server in servers]
+        cpu_before = [s.cpu_seconds() for s in servers], backend_cpu_seconds(database_url)
         phase.go()
         writes = churn.result(seconds + GRACE_S)
+        cpu_after = [s.cpu_seconds() for s in servers], backend_cpu_seconds(database_url)
         busy = probe.result(seconds + GRACE_S)
         lags = lag.result(seconds + GRACE_S) if lag is not None else []
         ready = [r.result(seconds + GRACE_S) for r in readies]
@@ -113,6 +148,12 @@ def measure(
         "match p99 quiet ms": _p(quiet, 99),
         "match p99 churn ms": _p(answered, 99),
     }
+    per_write = 1000 / max(1, len(done))
+    for name, spent, was in zip(REPLICAS, cpu_after[0], cpu_before[0], strict=False):
+        figures[f"{name} CPU ms/write"] = (spent - was) * per_write
+    if cpu_after[1]:  # PostgreSQL on this machine
+        backends = sum(t - cpu_before[1].get(pid, 0.0) for pid, t in cpu_after[1].items())
+        figures["PG CPU ms/write"] = backends * per_write
     if lag is not None:
         figures["lag p99 ms"] = _p(found, 99)
         figures["lag lost"] = float(len(lags) - len(found))
@@ -189,6 +230,8 @@ def run_write_load(
             Column("lag p99 ms", "{:,.1f}"),
             Column("lag lost", "{:,.0f}"),
             *ready_columns,
+            *(Column(f"{name} CPU ms/write", "{:,.2f}") for name in REPLICAS),
+            Column("PG CPU ms/write", "{:,.2f}"),
         ],
         notes=[
             "writes: POST /v1/subscriptions then DELETE of it, each client as one of the "
@@ -203,6 +246,10 @@ def run_write_load(
             "passes the replica completed during the churn (topicstore_reconcile_passes_total "
             "in /metrics), with TOPICSTORE_RECONCILE_INTERVAL="
             f"{seconds / RECONCILE_PASSES:.3g} s (default 300).",
+            "CPU ms/write: user + system CPU during the churn, per write answered, of each "
+            "replica's process and of the PostgreSQL backends serving its database (when "
+            "PostgreSQL runs on this machine; not its WAL writer or checkpointer), which the "
+            "machine's load does not inflate; the clients' own CPU is not counted.",
         ],
     )
     token = secrets.token_hex(16)
@@ -222,7 +269,7 @@ def run_write_load(
                 }
                 replicas = 2 if backend == "postgresql" else 1
                 with running_replicas(directory, env, replicas) as servers:
-                    figures, notes = measure(servers, token, clients, seconds, directory)
+                    figures, notes = measure(servers, token, clients, seconds, directory, url)
                 table.rows.append(
                     [
                         backend,
