@@ -1,4 +1,5 @@
-"""The HTTP connection itself: uvicorn's httptools protocol with three guards uvicorn lacks.
+"""The HTTP connection itself: uvicorn's httptools protocol with three guards uvicorn lacks,
+and responses that leave in one send.
 
 * A request deadline: its headers and body must arrive within ``request_timeout_s`` of
   the connection opening (or, on a kept-alive connection, of the request's first byte).
@@ -15,6 +16,12 @@
   taking connections, health probes included.
 * The parser's own refusals (bytes that are not HTTP/1.1) answer 400 in the envelope, not
   uvicorn's plain text.
+* One send per response (``OneSend``): uvicorn writes a response's head and its body in two
+  ``send()`` calls. On loopback each send delivers to the client inside the call and wakes
+  it, and on a busy machine the woken client may take the core from the sending thread while
+  that thread holds the GIL: under write churn the head's send was the largest single
+  holder of the writing replica's GIL (py-spy ``--gil``). The head now waits for the body's
+  first part, or for the end of the event loop's turn, whichever comes first.
 
 Parameters are class attributes set once per process by ``configure`` (each worker of
 ``topicstore serve --workers N`` configures its own from the settings)."""
@@ -35,6 +42,44 @@ log = logging.getLogger(__name__)
 #: How long a connection we answered and closed keeps reading (and dropping) what the client
 #: still sends: see ``GuardedHttpProtocol._linger``.
 LINGER_S: Final = 2.0
+
+
+class OneSend:
+    """The transport as one request's cycle sees it: the response's head (the first write
+    once the response has started) is held and sent with the next write, the body's first
+    part, in one ``send()``; if none comes within this turn of the event loop (a streamed
+    body whose first part takes time), it is sent alone at the end of the turn. A close
+    sends what is held first, so the client sees exactly the bytes it saw before."""
+
+    __slots__ = ("_cycle", "_head", "_loop", "_sent_head", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._cycle = cycle
+        self._loop = loop
+        self._head: bytes | None = None
+        self._sent_head = False
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        elif not self._sent_head and self._cycle.response_started:
+            self._head, self._sent_head = data, True
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
 
 
 def raw_response(status: int, code: str, message: str, extra: bytes = b"") -> bytes:
@@ -172,6 +217,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         transport closes when this returns a false value)."""
         if not self._lingering:
             super().eof_received()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = OneSend(self.transport, cycle, self.loop)  # type: ignore[assignment]
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
