@@ -74,6 +74,9 @@ def create_app(
             "Requests over a tenant's rate get 429 `rate_limited` with `Retry-After`."
         ),
         lifespan=lifespan,
+        # FastAPI's own OpenTelemetry bridge looks up three global providers on every
+        # request to learn it has nothing to do; traces come from ``app.tracing`` alone.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         # Served by app.docs instead: offline assets, and routes the metrics can label.
         openapi_url=None,
         docs_url=None,

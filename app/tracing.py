@@ -2,8 +2,8 @@
 
 Imported only when ``TOPICSTORE_TRACING`` is on (``Settings.tracing_on``): with it off
 neither OpenTelemetry's SDK nor an instrumentation is loaded (FastAPI imports the API for
-telemetry of its own, off while no tracer provider is set) and no middleware is added, so
-the service pays nothing.
+telemetry of its own, which ``app.main`` turns off) and no middleware is added, so the
+service pays nothing.
 
 What a traced request records, as one tree:
 
