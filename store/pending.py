@@ -24,7 +24,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from store import pg_write
+from store import deferred, pg_write
 from store.db import COMMITTED, COMMITTING
 from store.models import AuditLog, ChangeLog, TenantUsage
 from store.records import Change, criteria_tuple
@@ -41,8 +41,11 @@ _USAGE_UPDATE: Final = sa.text(
     "UPDATE tenant_usage SET subscriptions = subscriptions + :delta WHERE tenant = :tenant "
     "RETURNING tenant"
 )
-_USAGE_OF: Final = sa.select(_USAGE.c.subscriptions).where(
-    _USAGE.c.tenant == sa.bindparam("tenant")
+#: Runs with a group's subscription rows waiting (``store.deferred``): they leave it as is.
+_USAGE_OF: Final = (
+    sa.select(_USAGE.c.subscriptions)
+    .where(_USAGE.c.tenant == sa.bindparam("tenant"))
+    .execution_options(**{deferred.KEEP: True})
 )
 _FORGET: Final = STATS.delete().where(
     STATS.c.subscription_id.in_(sa.bindparam("ids", expanding=True))
@@ -115,8 +118,10 @@ def forget(session: Session, ids: Sequence[int]) -> None:
 
 
 def flush(session: Session) -> None:
-    """Write everything pending: change rows in order, the counters, audit rows, the
-    removed subscriptions' statistics and the doorbell on PostgreSQL."""
+    """Write everything pending: on DuckDB the group's subscription rows that wait
+    (``store.deferred``), then change rows in order, the counters, audit rows, the removed
+    subscriptions' statistics and the doorbell on PostgreSQL."""
+    deferred.flush(session)
     rows = session.info.pop(_KEY, None)
     if rows is None:
         return
@@ -178,6 +183,7 @@ def _change(seq: int, row: dict[str, Any]) -> Change:
 
 
 def _drop(session: Session, *_: object) -> None:
+    deferred.drop(session)
     session.info.pop(_KEY, None)
     session.info.pop(COMMITTED, None)
 

@@ -78,6 +78,58 @@ def test_a_group_of_single_writes_ends_as_they_would_one_at_a_time(database: Dat
         assert sorted(s.pattern for s in repo.page(limit=10)) == ["kept", "last", "new"]
 
 
+def test_a_group_read_ahead_gives_way_to_writes_of_other_kinds(database: Database) -> None:
+    """Plain creates and removals of a group are looked up together ahead and written
+    together at commit (``store.deferred``, DuckDB); a write of another kind among them (a
+    create in a group of subscribers, a removal of a whole subscriber: statements of their
+    own) first sees the rows of the jobs before it, and the jobs after it see what it did.
+    Each caller's answer, the rows, the quota's count and the change log's order are those
+    of the writes run one at a time in queue order."""
+    operations = AdminOperations(
+        database, Settings(_env_file=None, database_url=database.url, tenant_quota=10)
+    )
+    old = operations.create(SubscriptionIn(subscriber="s", pattern="old"), OPERATOR)[0]
+
+    def create(pattern: str, group: str | None = None) -> Callable[[], object]:
+        item = SubscriptionIn(subscriber="s", pattern=pattern, group=group)
+        return lambda: operations.create(item, OPERATOR)
+
+    calls = [
+        create("a"),
+        lambda: operations.remove(old.id, OPERATOR),
+        create("b", "g"),
+        lambda: len(operations.remove_subscriber("s", OPERATOR, None).deleted),
+        create("a"),
+        lambda: operations.remove(old.id, OPERATOR),
+        create("c"),
+    ]
+    outcomes = _as_one_group(database, calls)
+    a, b, again, c = outcomes[0], outcomes[2], outcomes[4], outcomes[6]
+    assert isinstance(a, tuple) and isinstance(b, tuple)
+    assert isinstance(again, tuple) and isinstance(c, tuple)
+    assert a[1] and b[1] and again[1] and c[1] and again[0].id != a[0].id
+    assert outcomes[1] is None and outcomes[3] == 2
+    assert isinstance(outcomes[5], NotFoundError)
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        stored = {s.pattern: s for s in repo.page(limit=10)}
+        assert sorted(stored) == ["a", "c"] and repo.usage("default") == 2
+        for made in (again[0], c[0]):
+            row = stored[made.pattern]
+            assert (row.id, row.created_at) == (made.id, made.created_at)
+        changes = repo.changes_since(0)
+    assert [(c.op, c.pattern) for c in changes] == [
+        ("add", "old"),
+        ("add", "a"),
+        ("remove", "old"),
+        ("add", "b"),
+        ("remove", "a"),
+        ("remove", "b"),
+        ("add", "a"),
+        ("add", "c"),
+    ]
+
+
 def _as_one_group(database: Database, calls: list[Callable[[], object]]) -> list[object]:
     """Each of ``calls`` (one write each) from a thread of its own, queued in order behind
     a held transaction, so that those that queue run as one group (one refused before it
