@@ -35,6 +35,7 @@ from typing import Any, Final, cast
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from store.duckdb_write import insert_rows
 from store.group_commit import HINTS
 from store.models import Subscription
 from store.records import NewSubscription
@@ -219,7 +220,7 @@ def write(connection: sa.Connection) -> None:
         connection.execute(_DELETE, {"ids": state.deletes})
         state.deletes = []
     if state.inserts:
-        connection.execute(_TABLE.insert().values(list(state.inserts.values())))
+        insert_rows(connection, _TABLE, list(state.inserts.values()))
         state.inserts = {}
 
 
