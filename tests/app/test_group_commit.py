@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session
 
+from app.admin_reads import subscription_out
 from app.auth import OPERATOR, Caller
 from app.operations import AdminOperations
 from app.refusals import NotFoundError, QuotaExceededError
@@ -94,7 +95,15 @@ def test_a_group_read_ahead_gives_way_to_writes_of_other_kinds(database: Databas
         item = SubscriptionIn(subscriber="s", pattern=pattern, group=group)
         return lambda: operations.create(item, OPERATOR)
 
+    headers = SubscriptionIn(
+        subscriber="h",
+        kind="headers",
+        criteria={"x": "1", "y": None},
+        mode="all",
+        labels={"k": [1]},
+    )
     calls = [
+        lambda: operations.create(headers, OPERATOR),
         create("a"),
         lambda: operations.remove(old.id, OPERATOR),
         create("b", "g"),
@@ -103,7 +112,7 @@ def test_a_group_read_ahead_gives_way_to_writes_of_other_kinds(database: Databas
         lambda: operations.remove(old.id, OPERATOR),
         create("c"),
     ]
-    outcomes = _as_one_group(database, calls)
+    made, *outcomes = _as_one_group(database, calls)
     a, b, again, c = outcomes[0], outcomes[2], outcomes[4], outcomes[6]
     assert isinstance(a, tuple) and isinstance(b, tuple)
     assert isinstance(again, tuple) and isinstance(c, tuple)
@@ -113,13 +122,18 @@ def test_a_group_read_ahead_gives_way_to_writes_of_other_kinds(database: Databas
     with database.read() as session:
         repo = SubscriptionRepository(session)
         stored = {s.pattern: s for s in repo.page(limit=10)}
-        assert sorted(stored) == ["a", "c"] and repo.usage("default") == 2
-        for made in (again[0], c[0]):
-            row = stored[made.pattern]
-            assert (row.id, row.created_at) == (made.id, made.created_at)
+        assert isinstance(made, tuple) and made[1]
+        assert sorted(stored) == sorted(["a", "c", made[0].pattern])
+        assert repo.usage("default") == 3
+        for out in (made[0], again[0], c[0]):
+            row = stored[out.pattern]
+            assert (row.id, row.created_at) == (out.id, out.created_at)
+            assert subscription_out(row) == out
         changes = repo.changes_since(0)
+    assert changes[1].criteria == (("x", "1"), ("y", None))
     assert [(c.op, c.pattern) for c in changes] == [
         ("add", "old"),
+        ("add", made[0].pattern),
         ("add", "a"),
         ("remove", "old"),
         ("add", "b"),
