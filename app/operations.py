@@ -54,7 +54,7 @@ from store import (
     validate,
 )
 from store.expiry import expired, expiry_at
-from store.group_commit import Job
+from store.group_commit import Announced, Job
 from store.groups import GroupPolicies, check_same_group
 from store.selection import Selection
 from store.staging import staged_rows
@@ -152,7 +152,9 @@ class AdminOperations(AdminReads):
 
             return write
 
-        return check
+        # A plain create says its key ahead (its group can look all of theirs up at once);
+        # one in a group of subscribers looks its key up after the group's policy.
+        return check if new.group else Announced(check, new)
 
     def create_many(
         self, items: Sequence[JsonValue] | Items, caller: Caller, *, results: bool = True
@@ -283,7 +285,7 @@ class AdminOperations(AdminReads):
 
             return write
 
-        return check
+        return Announced(check, sub_id)
 
     def remove_subscriber(self, subscriber: str, caller: Caller, tenant: str | None) -> Deleted:
         """Delete every subscription of one subscriber of the tenant, however many."""

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from store import deferred
 from store.errors import DatabaseLockedError, NoSchemaError, UnsupportedDatabaseError
 from store.group_commit import GroupCommit
 from store.records import Change
@@ -65,6 +66,10 @@ class Committed:
         if self.ticket < 0:
             raise RuntimeError("apply() of a transaction that did not commit")
         self.db._apply(self.ticket, self.changes)
+
+    def flush(self) -> None:
+        """Write the rows of single writes that wait for the commit (``store.deferred``)."""
+        deferred.flush(self.session)
 
 
 class Backend(StrEnum):
@@ -186,6 +191,7 @@ class Database:
             register()
             self.engine = sa.create_engine(url)
             sa.event.listen(self.engine, "connect", _configure_duckdb)
+            deferred.listen(self.engine)
             if bulk:
                 sa.event.listen(self.engine, "connect", _configure_bulk)
             self._claim_duckdb_file()

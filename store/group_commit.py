@@ -31,6 +31,12 @@ that work overlaps the next group's statements; the group's callers are answered
 so a caller still finds its own write in the routing table (``Database.transaction``
 keeps the hooks in commit order).
 
+A job may say ahead what it will touch (``Announced``: a create its key, a removal its
+id); a group's transaction holds its jobs' hints (``HINTS``) before the first runs, so
+the store can read for all of them at once and write their rows in one statement each
+(``store.deferred``, on DuckDB), which it does before the commit (``Transaction.flush``)
+so that a failing statement still fails the group, not the commit.
+
 A caller on an event loop (``run_async``) waits without a thread of its own: its write is
 queued like any other, and a group that holds it is led by one of the group commit's own
 threads (``LEADERS``), which resolves the caller's future once the group is applied. A
@@ -61,6 +67,8 @@ MAX_GROUP: Final = 256
 #: Threads that lead groups of writes whose callers wait on an event loop: one leads while
 #: the one before applies its group to the routing table.
 LEADERS: Final = 2
+#: Where a group's transaction holds its jobs' hints (``Announced``), in queue order.
+HINTS: Final = "topicstore.hints"
 
 
 class Transaction(Protocol):
@@ -71,6 +79,22 @@ class Transaction(Protocol):
     def session(self) -> Session: ...
 
     def apply(self) -> None: ...
+
+    def flush(self) -> None:
+        """Write what the transaction's statements left for its commit."""
+
+
+class Announced(Generic[T]):
+    """A job and what it says ahead it will touch (``hint``: see the module docstring)."""
+
+    __slots__ = ("hint", "job")
+
+    def __init__(self, job: Job[T], hint: object) -> None:
+        self.job = job
+        self.hint = hint
+
+    def __call__(self, session: Session) -> Callable[[], T]:
+        return self.job(session)
 
 
 class _Pending(Generic[T]):
@@ -206,8 +230,15 @@ class GroupCommit:
         if len(group) > 1:
             try:
                 with self._begin() as transaction:
+                    transaction.session.info[HINTS] = [
+                        p.job.hint for p in group if isinstance(p.job, Announced)
+                    ]
                     for pending in group:
                         _run(pending, transaction.session, alone=False)
+                    try:
+                        transaction.flush()
+                    except sa.exc.SQLAlchemyError:
+                        raise _GroupAbortError from None
             except _GroupAbortError:
                 pass  # rolled back: every job again, alone
             except BaseException as e:  # the commit (or the lock) failed: every job with it

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from store import pg_write
+from store import deferred, pg_write
 from store.db import COMMITTED, COMMITTING
+from store.duckdb_write import insert_rows
 from store.models import AuditLog, ChangeLog, TenantUsage
 from store.records import Change, criteria_tuple
 from store.stats import STATS
@@ -33,6 +34,8 @@ from store.stats import STATS
 #: Where a session keeps its pending rows (``Session.info``).
 _KEY: Final = "topicstore.pending"
 _USAGE: Final = TenantUsage.__table__
+_CHANGE_LOG: Final = cast(sa.Table, ChangeLog.__table__)
+_AUDIT_LOG: Final = cast(sa.Table, AuditLog.__table__)
 _CHANGE_FIELDS: Final = tuple(name for name in Change.__dataclass_fields__ if name != "seq")
 #: A tenant's count moved, or (no row yet) its first row, on DuckDB. Not one ``ON CONFLICT``
 #: upsert there: DuckDB checks those against the index several times slower than an
@@ -41,8 +44,11 @@ _USAGE_UPDATE: Final = sa.text(
     "UPDATE tenant_usage SET subscriptions = subscriptions + :delta WHERE tenant = :tenant "
     "RETURNING tenant"
 )
-_USAGE_OF: Final = sa.select(_USAGE.c.subscriptions).where(
-    _USAGE.c.tenant == sa.bindparam("tenant")
+#: Runs with a group's subscription rows waiting (``store.deferred``): they leave it as is.
+_USAGE_OF: Final = (
+    sa.select(_USAGE.c.subscriptions)
+    .where(_USAGE.c.tenant == sa.bindparam("tenant"))
+    .execution_options(**{deferred.KEEP: True})
 )
 _FORGET: Final = STATS.delete().where(
     STATS.c.subscription_id.in_(sa.bindparam("ids", expanding=True))
@@ -115,8 +121,10 @@ def forget(session: Session, ids: Sequence[int]) -> None:
 
 
 def flush(session: Session) -> None:
-    """Write everything pending: change rows in order, the counters, audit rows, the
-    removed subscriptions' statistics and the doorbell on PostgreSQL."""
+    """Write everything pending: on DuckDB the group's subscription rows that wait
+    (``store.deferred``), then change rows in order, the counters, audit rows, the removed
+    subscriptions' statistics and the doorbell on PostgreSQL."""
+    deferred.flush(session)
     rows = session.info.pop(_KEY, None)
     if rows is None:
         return
@@ -128,10 +136,8 @@ def flush(session: Session) -> None:
         # Their seqs come back, so the changes can be applied to this process's routing
         # table after the commit without reading them again (``Database.write``); a
         # transaction that logged other changes in SQL leaves that to the log.
-        stored = connection.execute(
-            sa.insert(ChangeLog)
-            .values(rows.changes)
-            .returning(ChangeLog.seq, ChangeLog.subscription_id, ChangeLog.op)
+        stored = insert_rows(
+            connection, _CHANGE_LOG, rows.changes, "seq, subscription_id, op"
         ).all()
         if not rows.logged_elsewhere:
             _committed(session, rows, stored)
@@ -141,7 +147,7 @@ def flush(session: Session) -> None:
             if connection.execute(_USAGE_UPDATE, values).first() is None:
                 connection.execute(_USAGE_INSERT, values)
     if rows.audit:
-        connection.execute(sa.insert(AuditLog), rows.audit)
+        insert_rows(connection, _AUDIT_LOG, rows.audit)
     if rows.forget:
         connection.execute(_FORGET, {"ids": rows.forget})
 
@@ -178,6 +184,7 @@ def _change(seq: int, row: dict[str, Any]) -> Change:
 
 
 def _drop(session: Session, *_: object) -> None:
+    deferred.drop(session)
     session.info.pop(_KEY, None)
     session.info.pop(COMMITTED, None)
 

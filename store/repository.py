@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from matcher.groups import Policy, check_policy
-from store import pending, pg_write
+from store import deferred, pending, pg_write
 from store.models import ChangeLog, Subscription
 from store.records import NewSubscription, StoredSubscription, criteria_tuple
 from store.routing_reads import CHANGE_COLUMNS, RoutingReads
@@ -126,6 +126,9 @@ class SubscriptionRepository(RoutingReads):
         if self._postgres:
             query = sa.select(_SUBSCRIPTION).where(*_key(new))
         else:
+            known, found = deferred.find(self.session, new)  # read ahead for its group
+            if known:
+                return None if found is None else _stored(found)
             same = (
                 sa.select(_SUBSCRIPTION)
                 .where(_SUBSCRIPTION.c.pattern == new.pattern)
@@ -145,7 +148,11 @@ class SubscriptionRepository(RoutingReads):
         serialized, so nothing inserts it in between; the unique constraint would refuse a
         second one). Looking up first keeps a repeated subscription from drawing an id from
         the sequence: an insert that conflicts has drawn one already, and skips it."""
-        row = self._core(_TABLE.insert().values(**_values(new)).returning(*_SUBSCRIPTION.c)).one()
+        values = _values(new)
+        # On DuckDB, in a group, inserted with the group's other rows at commit.
+        row = None if self._postgres else deferred.insert(self.session, values)
+        if row is None:
+            row = self._core(_TABLE.insert().values(**values).returning(*_SUBSCRIPTION.c)).one()
         self._log_rows("add", [row])
         self._count({new.tenant: 1})
         return _stored(row)
@@ -233,13 +240,19 @@ class SubscriptionRepository(RoutingReads):
 
     def remove(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
         """Delete subscription ``sub_id`` (of ``tenant``, when given); the row it was, or
-        None if absent. Two statements: the delete returns the row, which the change log
-        then records."""
-        connection = self.session.connection()
-        if tenant is None:
-            row = connection.execute(_REMOVE, {"id": sub_id}).first()
+        None if absent. The delete returns the row, which the change log then records (at
+        commit, with the transaction's other changes)."""
+        # On DuckDB, in a group, the row as read ahead, deleted with the group's others.
+        known, row = (False, None) if self._postgres else deferred.row_of(self.session, sub_id)
+        if known:
+            if row is None or (tenant is not None and row.tenant != tenant):
+                return None
+            deferred.delete(self.session, row)
+        elif tenant is None:
+            row = self.session.connection().execute(_REMOVE, {"id": sub_id}).first()
         else:
-            row = connection.execute(_REMOVE_OF_TENANT, {"id": sub_id, "tenant": tenant}).first()
+            values = {"id": sub_id, "tenant": tenant}
+            row = self.session.connection().execute(_REMOVE_OF_TENANT, values).first()
         if row is None:
             return None
         pending.forget(self.session, [sub_id])

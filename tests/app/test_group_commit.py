@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session
 
+from app.admin_reads import subscription_out
 from app.auth import OPERATOR, Caller
 from app.operations import AdminOperations
 from app.refusals import NotFoundError, QuotaExceededError
@@ -76,6 +77,71 @@ def test_a_group_of_single_writes_ends_as_they_would_one_at_a_time(database: Dat
         repo = SubscriptionRepository(session)
         assert repo.usage("default") == 3
         assert sorted(s.pattern for s in repo.page(limit=10)) == ["kept", "last", "new"]
+
+
+def test_a_group_read_ahead_gives_way_to_writes_of_other_kinds(database: Database) -> None:
+    """Plain creates and removals of a group are looked up together ahead and written
+    together at commit (``store.deferred``, DuckDB); a write of another kind among them (a
+    create in a group of subscribers, a removal of a whole subscriber: statements of their
+    own) first sees the rows of the jobs before it, and the jobs after it see what it did.
+    Each caller's answer, the rows, the quota's count and the change log's order are those
+    of the writes run one at a time in queue order."""
+    operations = AdminOperations(
+        database, Settings(_env_file=None, database_url=database.url, tenant_quota=10)
+    )
+    old = operations.create(SubscriptionIn(subscriber="s", pattern="old"), OPERATOR)[0]
+
+    def create(pattern: str, group: str | None = None) -> Callable[[], object]:
+        item = SubscriptionIn(subscriber="s", pattern=pattern, group=group)
+        return lambda: operations.create(item, OPERATOR)
+
+    headers = SubscriptionIn(
+        subscriber="h",
+        kind="headers",
+        criteria={"x": "1", "y": None},
+        mode="all",
+        labels={"k": [1]},
+    )
+    calls = [
+        lambda: operations.create(headers, OPERATOR),
+        create("a"),
+        lambda: operations.remove(old.id, OPERATOR),
+        create("b", "g"),
+        lambda: len(operations.remove_subscriber("s", OPERATOR, None).deleted),
+        create("a"),
+        lambda: operations.remove(old.id, OPERATOR),
+        create("c"),
+    ]
+    made, *outcomes = _as_one_group(database, calls)
+    a, b, again, c = outcomes[0], outcomes[2], outcomes[4], outcomes[6]
+    assert isinstance(a, tuple) and isinstance(b, tuple)
+    assert isinstance(again, tuple) and isinstance(c, tuple)
+    assert a[1] and b[1] and again[1] and c[1] and again[0].id != a[0].id
+    assert outcomes[1] is None and outcomes[3] == 2
+    assert isinstance(outcomes[5], NotFoundError)
+    with database.read() as session:
+        repo = SubscriptionRepository(session)
+        stored = {s.pattern: s for s in repo.page(limit=10)}
+        assert isinstance(made, tuple) and made[1]
+        assert sorted(stored) == sorted(["a", "c", made[0].pattern])
+        assert repo.usage("default") == 3
+        for out in (made[0], again[0], c[0]):
+            row = stored[out.pattern]
+            assert (row.id, row.created_at) == (out.id, out.created_at)
+            assert subscription_out(row) == out
+        changes = repo.changes_since(0)
+    assert changes[1].criteria == (("x", "1"), ("y", None))
+    assert [(c.op, c.pattern) for c in changes] == [
+        ("add", "old"),
+        ("add", made[0].pattern),
+        ("add", "a"),
+        ("remove", "old"),
+        ("add", "b"),
+        ("remove", "a"),
+        ("remove", "b"),
+        ("add", "a"),
+        ("add", "c"),
+    ]
 
 
 def _as_one_group(database: Database, calls: list[Callable[[], object]]) -> list[object]:
