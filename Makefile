@@ -11,7 +11,7 @@ PYTEST_WORKERS ?= 2
 # setup.py and the compiled sources too: `pip install -e` compiles them.
 $(STAMP): pyproject.toml setup.py matcher/_native.pyx \
 		$(wildcard matcher/native/*.hpp) \
-		app/_answers.pyx app/answers_json.hpp
+		app/_answers.pyx $(wildcard app/*.hpp)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
