@@ -34,7 +34,8 @@ settings.register_profile("topicstore", deadline=None)
 settings.load_profile("topicstore")
 
 #: Node id prefix -> the group whose tests run one after another on one worker:
-#: * ``spark``: the Spark tests share one session (a JVM, seconds to start) per worker;
+#: * ``spark``: the Spark tests share one session (a JVM, seconds to start) per worker (the
+#:   one test elsewhere that asks for it too: on another worker it would start a second);
 #: * ``brokers``: Mosquitto and nats-server topics cannot carry a per-run prefix (it would
 #:   change what ``#``, ``>`` and the ``$`` rule match), so two runs at once would each
 #:   receive the other's traffic: filtered out by run id, but it counts against Mosquitto's
@@ -46,6 +47,7 @@ settings.load_profile("topicstore")
 XDIST_GROUPS: Final = {
     "tests/pipeline/": "spark",
     "bench/tests/test_bench_pipeline.py": "spark",
+    "tests/app/test_cli_errors.py::test_route_reads_the_subscriptions_through_the_api": "spark",
     "tests/matcher/test_broker_dialects.py": "brokers",
     "tests/matcher/test_broker_groups.py": "brokers",
     "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",
@@ -62,19 +64,35 @@ UNGROUPED: Final = (
     "tests/pipeline/test_executor.py",
     "tests/pipeline/test_subscriptions.py",
 )
+#: Modules (outside any group) whose tests share a module fixture that takes seconds to set
+#: up: a standalone Spark cluster, a browser, a server process or app per backend. Each is
+#: one unit of work, so one worker sets the fixture up once; split test by test, each worker
+#: that drew one of the module's tests would set it up again.
+MODULE_UNITS: Final = (
+    "tests/pipeline/test_standalone_cluster.py",
+    "tests/app/test_api_bad_input.py",
+    "tests/app/test_api_server.py",
+    "tests/app/test_cli_errors.py",
+    "tests/app/test_console.py",
+    "tests/app/test_slow_clients.py",
+    "tests/app/test_tracing.py",
+    "tests/app/test_work_stops.py",
+)
 
 
 class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no types
-    """xdist's ``load`` distribution, except that the tests of one ``XDIST_GROUPS`` group
-    are one unit of work. (xdist's own ``loadgroup`` marks groups by rewriting node ids,
-    which pytest 9.2 no longer lets a plugin do: pytest-xdist issue 1386.)"""
+    """xdist's ``load`` distribution, except that the tests of one ``XDIST_GROUPS`` group,
+    and of one ``MODULE_UNITS`` module, are one unit of work. (xdist's own ``loadgroup``
+    marks groups by rewriting node ids, which pytest 9.2 no longer lets a plugin do:
+    pytest-xdist issue 1386.)"""
 
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.startswith(UNGROUPED):
-            return nodeid
-        for prefix, group in XDIST_GROUPS.items():
-            if nodeid.startswith(prefix):
-                return group
+        if not nodeid.startswith(UNGROUPED):
+            for prefix, group in XDIST_GROUPS.items():
+                if nodeid.startswith(prefix):
+                    return group
+        if nodeid.startswith(MODULE_UNITS):
+            return nodeid.split("::", 1)[0]
         return nodeid
 
 

@@ -172,7 +172,13 @@ def class_archive_complete() -> None:
 def _keep_archive(proc: subprocess.Popen[bytes], recording: Path, archive: Path) -> None:
     """At exit: end the JVM (its stdin closing is PySpark's signal), wait while it writes
     the archive, and put it in place if the caller said the run was complete; anything else
-    is removed."""
+    is removed. A run that is not complete keeps nothing, so its JVM is killed rather than
+    waited for: writing the archive is most of a recording JVM's exit."""
+    if not _archive_complete.is_set():
+        proc.kill()
+        proc.wait()
+        recording.unlink(missing_ok=True)
+        return
     try:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -181,7 +187,7 @@ def _keep_archive(proc: subprocess.Popen[bytes], recording: Path, archive: Path)
         log.warning("Spark's JVM did not exit in time; its class archive is not kept")
         proc.kill()
         proc.wait()
-    complete = _archive_complete.is_set() and proc.returncode == 0
+    complete = proc.returncode == 0
     if complete and recording.is_file() and recording.stat().st_size > 0:
         os.replace(recording, archive)
         size = archive.stat().st_size / 1e6

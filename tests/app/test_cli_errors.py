@@ -61,7 +61,7 @@ class Case:
     writes: bool = False  # a write: may create the store before it refuses
 
 
-#: A failing route keeps no class archive anyway; not recording one spares its JVM ~20 s.
+#: A failing route keeps no class archive anyway: these leave the user's cache alone.
 NO_CLASS_ARCHIVE = {"spark_class_archive": "off"}
 
 CASES = {
