@@ -12,7 +12,8 @@ first query. ``topicstore route`` keeps one in a directory it is given (``class_
 names the file): the first run that succeeds records it as its JVM exits (that run takes
 longer, once; the archive takes ~170 MB; both the start and the end of the recording are
 logged, so a user knows why), later runs map it. A run that fails keeps nothing
-(``class_archive_complete`` is the caller's word that the JVM loaded what a whole job loads).
+(``class_archive_complete`` is the caller's word that the JVM loaded what a whole job loads),
+and a killed run's half-written recording goes when the next run records.
 It is keyed by the PySpark install and the Java binary, written aside and renamed when
 complete, and the JVM itself checks it against its classpath (a mismatched archive is
 ignored, not trusted).
@@ -148,6 +149,7 @@ def _archive_options(archive: Path | None) -> tuple[list[str], Path | None]:
     if archive.is_file():
         return [f"-XX:SharedArchiveFile={archive}", quiet], None
     archive.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_recordings(archive.parent)
     recording = archive.with_name(f".{archive.name}.{os.getpid()}")
     # The one run that records takes up to a minute longer (written as its JVM exits): say
     # why, once, rather than leave a newcomer watching a quiet terminal.
@@ -158,6 +160,25 @@ def _archive_options(archive: Path | None) -> tuple[list[str], Path | None]:
         archive,
     )
     return [f"-XX:ArchiveClassesAtExit={recording}", quiet], recording
+
+
+def _remove_stale_recordings(directory: Path) -> None:
+    """Remove recordings left by runs that were killed before their exit could (each is
+    named by its run's pid and holds up to a whole archive); a live run's stays."""
+    for left in directory.glob(".spark-*.jsa.*"):
+        pid = left.suffix[1:]
+        if pid.isdigit() and not _alive(int(pid)):
+            left.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 #: Set by ``class_archive_complete``: the archive this process's JVM records is worth keeping.

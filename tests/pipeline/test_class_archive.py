@@ -16,6 +16,7 @@ import pytest
 
 from harness.server import service_environment, topicstore_command
 from pipeline.cli import class_archive_file
+from pipeline.session import _archive_options
 
 #: A process that starts a local JVM with the archive, runs a query, reports the JVM's
 #: options, and says the run was complete when asked to.
@@ -63,6 +64,20 @@ def test_the_archive_is_kept_per_user_and_keyed_by_the_install(tmp_path: Path) -
     java_home = {"JAVA_HOME": str(tmp_path / "no-java-here")}
     other = class_archive_file(str(tmp_path), java_home)
     assert other is not None and other != archive  # another Java, another archive
+
+
+def test_a_recording_left_by_a_killed_run_goes_when_the_next_records(tmp_path: Path) -> None:
+    archive = tmp_path / "spark-4-0123456789abcdef.jsa"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tmp_path / f".{archive.name}.{gone.pid}"
+    running = tmp_path / f".spark-3-fedcba9876543210.jsa.{os.getppid()}"
+    for left in (stale, running):
+        left.write_bytes(b"part of an archive")
+    _, recording = _archive_options(archive)
+    assert recording == tmp_path / f".{archive.name}.{os.getpid()}"
+    assert not stale.exists()
+    assert running.exists()  # its run is alive: still recording
 
 
 def test_route_takes_its_archive_directory_from_the_settings(tmp_path: Path) -> None:
