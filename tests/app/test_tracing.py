@@ -180,7 +180,9 @@ def test_writes_committed_by_another_requests_thread_stay_in_their_own_trace(
     traced: Traced,
 ) -> None:
     """Four writes queued behind a held transaction commit as one group, led by one of
-    their threads: each one's statements are still under its own request."""
+    their threads: each one's statements are still under its own request. On DuckDB the
+    group's new rows go in as one statement of the group's own (``store.deferred``), under
+    at most one request."""
     writes = traced.services.db.writes
     held, release = threading.Event(), threading.Event()
 
@@ -217,14 +219,18 @@ def test_writes_committed_by_another_requests_thread_stay_in_their_own_trace(
         thread.join(30)
     assert statuses == [201] * 4
     assert writes.groups == groups + 2  # the holder's, then one for the four
+    inserts = []
     for index, trace_id in enumerate(trace_ids):
         spans = traced.trace(trace_id)
         root = one_tree(spans)
-        inserts = [
-            s for s in children(spans, root) if "INSERT INTO subscription " in str(s.attributes)
-        ]
-        assert len(inserts) == 1, index
+        inserts.append(
+            sum("INSERT INTO subscription " in str(s.attributes) for s in children(spans, root))
+        )
         assert f"grouped.{index}" not in str([s.attributes for s in spans])  # bound, not text
+    if traced.services.db.is_postgres:
+        assert inserts == [1] * 4
+    else:
+        assert sum(inserts) <= 1, inserts
 
 
 def test_the_match_span_has_words_and_results_but_not_the_topic(traced: Traced) -> None:
