@@ -70,8 +70,9 @@ class OneSend:
         self._transport.write(data)
 
     def _flush(self) -> None:
-        if self._head is not None:
-            head, self._head = self._head, None
+        head, self._head = self._head, None
+        # A transport closed meanwhile takes nothing (uvloop raises once it is closed).
+        if head is not None and not self._transport.is_closing():
             self._transport.write(head)
 
     def close(self) -> None:
