@@ -8,7 +8,7 @@ row in the same transaction and, on PostgreSQL, rings the ``topicstore_changes``
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, cast
@@ -17,11 +17,10 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
-from matcher.groups import Policy, check_policy
 from store import deferred, pending, pg_write
 from store.models import ChangeLog, Subscription
-from store.records import NewSubscription, StoredSubscription, criteria_tuple
-from store.routing_reads import CHANGE_COLUMNS, RoutingReads
+from store.records import NewSubscription, StoredSubscription
+from store.routing_reads import CHANGE_COLUMNS
 from store.selection import Selection
 from store.staging import (
     NEW_COLUMNS,
@@ -32,13 +31,11 @@ from store.staging import (
     staged_rows,
     unstage,
 )
-from store.stats import MATCHES, STATS, forget, with_stats
+from store.stats import forget
+from store.subscription_reads import SubscriptionReads, stored
 
 _SUBSCRIPTION: Final = Subscription.__table__
 _TABLE: Final = cast(sa.Table, _SUBSCRIPTION)
-_STATS_FIELDS: Final = ("matches", "last_matched_at")  # in a row read ``with_stats``
-_STORED_FIELDS: Final = tuple(StoredSubscription.__dataclass_fields__.keys() - _STATS_FIELDS)
-MAX_PAGE: Final = 1_000
 _CHANGE_SQL: Final = ", ".join(map(QUOTE, CHANGE_COLUMNS))
 
 
@@ -48,15 +45,6 @@ _REMOVE: Final = (
     _TABLE.delete().where(_SUBSCRIPTION.c.id == sa.bindparam("id")).returning(*_SUBSCRIPTION.c)
 )
 _REMOVE_OF_TENANT: Final = _REMOVE.where(_SUBSCRIPTION.c.tenant == sa.bindparam("tenant"))
-
-
-def _stored(row: Any) -> StoredSubscription:
-    """A ``StoredSubscription`` from a row holding its fields (by attribute: an ORM object
-    or a Core row), with its statistics when the row has them (``with_stats``)."""
-    values = {name: getattr(row, name) for name in _STORED_FIELDS}
-    values["criteria"] = criteria_tuple(row.criteria)
-    values.update((name, getattr(row, name)) for name in _STATS_FIELDS if hasattr(row, name))
-    return StoredSubscription(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +78,9 @@ def _values(new: NewSubscription) -> dict[str, Any]:
     return values
 
 
-class SubscriptionRepository(RoutingReads):
+class SubscriptionRepository(SubscriptionReads):
     """Reads and writes subscriptions on ``session`` (validated input: see ``validate``);
-    the loader's reads are ``RoutingReads``'."""
-
-    def _core(self, statement: sa.Executable) -> sa.CursorResult[Any]:
-        """``statement`` on the transaction's connection, as Core: the write path's
-        statements need none of the ORM's bookkeeping around them."""
-        return self.session.connection().execute(statement)
+    the admin reads are ``SubscriptionReads``', the loader's ``RoutingReads``'."""
 
     # -- writes -------------------------------------------------------------------------
 
@@ -112,10 +95,10 @@ class SubscriptionRepository(RoutingReads):
             return self.insert(new), True
         row = pg_write.add_if_absent(self.session.connection(), _values(new))
         if not row.created:
-            return _stored(row), False
+            return stored(row), False
         self._log_rows("add", [row])
         self._count({new.tenant: 1})
-        return _stored(row), True
+        return stored(row), True
 
     def find(self, new: NewSubscription) -> StoredSubscription | None:
         """The stored row with ``new``'s key, if any: one index probe, O(log n). DuckDB
@@ -128,7 +111,7 @@ class SubscriptionRepository(RoutingReads):
         else:
             known, found = deferred.find(self.session, new)  # read ahead for its group
             if known:
-                return None if found is None else _stored(found)
+                return None if found is None else stored(found)
             same = (
                 sa.select(_SUBSCRIPTION)
                 .where(_SUBSCRIPTION.c.pattern == new.pattern)
@@ -141,7 +124,7 @@ class SubscriptionRepository(RoutingReads):
                 same.c.dialect == new.dialect,
             )
         row = self._core(query).first()
-        return None if row is None else _stored(row)
+        return None if row is None else stored(row)
 
     def insert(self, new: NewSubscription) -> StoredSubscription:
         """Insert ``new``, whose key ``find`` found absent in this transaction (writers are
@@ -155,7 +138,7 @@ class SubscriptionRepository(RoutingReads):
             row = self._core(_TABLE.insert().values(**values).returning(*_SUBSCRIPTION.c)).one()
         self._log_rows("add", [row])
         self._count({new.tenant: 1})
-        return _stored(row)
+        return stored(row)
 
     def add_many(self, items: Sequence[NewSubscription], *, ids: bool = True) -> AddedMany:
         """``add_rows`` of ``items`` (validated records), in order."""
@@ -258,7 +241,7 @@ class SubscriptionRepository(RoutingReads):
         pending.forget(self.session, [sub_id])
         self._log_rows("remove", [row])
         self._count({row.tenant: -1})
-        return _stored(row)
+        return stored(row)
 
     def remove_selection(
         self, selection: Selection, limit: int | None = None
@@ -351,71 +334,6 @@ class SubscriptionRepository(RoutingReads):
             sa.insert(ChangeLog).from_select(["op", "subscription_id", *CHANGE_COLUMNS], selected)
         )
 
-    # -- reads --------------------------------------------------------------------------
-
-    def get(self, sub_id: int, tenant: str | None = None) -> StoredSubscription | None:
-        where = [_SUBSCRIPTION.c.id == sub_id]
-        if tenant is not None:
-            where.append(_SUBSCRIPTION.c.tenant == tenant)
-        row = self._core(with_stats(sa.select(_SUBSCRIPTION)).where(*where)).first()
-        return None if row is None else _stored(row)
-
-    def page(
-        self,
-        *,
-        tenant: str | None = None,
-        subscriber: str | None = None,
-        pattern_prefix: str | None = None,
-        dialect: str | None = None,
-        after_id: int | None = None,
-        limit: int = 100,
-        ids: Sequence[int] | None = None,
-        group: str | None = None,
-        label: tuple[str, str] | None = None,
-        by_matches: bool = False,
-        after_matches: int = 0,
-        unmatched_since: datetime | None = None,
-    ) -> list[StoredSubscription]:
-        """A page of subscriptions with their statistics in id order after ``after_id``
-        (keyset pagination: O(page) at any depth); ``ids``: only those (at most a page);
-        ``group``: that group's members; ``label``: (key, value) the labels hold, compared
-        as text; ``unmatched_since``: not matched since then (never, or last before it).
-        ``by_matches``: most matched first, ties by id, after (``after_matches``,
-        ``after_id``): a top-``limit`` sort of every row the filters select (counts
-        change with every flush, so no index keeps them)."""
-        selection = Selection(tenant, subscriber, pattern_prefix, dialect, group, label)
-        query = with_stats(sa.select(_SUBSCRIPTION)).limit(min(limit, MAX_PAGE))
-        query = query.where(*selection.where())
-        if unmatched_since is not None:
-            last = STATS.c.last_matched_at
-            query = query.where(sa.or_(last.is_(None), last < unmatched_since))
-        if by_matches:
-            matches = MATCHES
-            query = query.order_by(matches.desc(), Subscription.id)
-            if after_id is not None:
-                query = query.where(
-                    sa.or_(
-                        matches < after_matches,
-                        sa.and_(matches == after_matches, Subscription.id > after_id),
-                    )
-                )
-        else:
-            query = query.order_by(Subscription.id)
-            if after_id is not None:
-                query = query.where(Subscription.id > after_id)
-        if ids is not None:
-            if not ids:
-                return []
-            query = query.where(Subscription.id.in_(list(ids)[:MAX_PAGE]))
-        return [_stored(row) for row in self._core(query)]
-
-    def count(self, tenant: str | None = None) -> dict[str, int]:
-        """Subscription counts per dialect (``headers`` for content-based ones)."""
-        query = sa.select(Subscription.dialect, sa.func.count()).group_by(Subscription.dialect)
-        if tenant is not None:
-            query = query.where(Subscription.tenant == tenant)
-        return {dialect: int(n) for dialect, n in self.session.execute(query)}
-
     def remove_expired(self, now: datetime, limit: int) -> dict[str, list[int]]:
         """Delete at most ``limit`` subscriptions expired at ``now`` (the earliest first),
         with a change row each; their ids per tenant (ascending). Idempotent: rows another
@@ -476,31 +394,4 @@ class SubscriptionRepository(RoutingReads):
         if row is None:
             return None
         self._log_rows("add", [row])
-        return _stored(row)
-
-    def group_policies(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Policy]:
-        """The stored policy of each (tenant, group) in ``keys`` that has members (every
-        member carries it: ``store.groups``). One query per tenant, on the (tenant, group)
-        index."""
-        by_tenant: dict[str, set[str]] = {}
-        for tenant, group in keys:
-            by_tenant.setdefault(tenant, set()).add(group)
-        found: dict[tuple[str, str], Policy] = {}
-        for tenant, groups in by_tenant.items():
-            rows = self.session.execute(
-                sa.select(Subscription.group, Subscription.group_policy)
-                .where(Subscription.tenant == tenant, Subscription.group.in_(sorted(groups)))
-                .distinct()
-            )
-            for name, policy in rows:
-                found[(tenant, str(name))] = check_policy(policy)
-        return found
-
-    def groups_of(self, ids: Collection[int]) -> dict[int, str | None]:
-        """The group of each stored subscription in ``ids``."""
-        if not ids:
-            return {}
-        rows = self.session.execute(
-            sa.select(Subscription.id, Subscription.group).where(Subscription.id.in_(sorted(ids)))
-        )
-        return {int(sub_id): group for sub_id, group in rows}
+        return stored(row)
