@@ -56,7 +56,8 @@ _OPEN: Final = sys.maxsize
 #: A table further behind the store than this many changes is not compared (it is still
 #: catching up: the comparison would read and replay that many changes itself).
 RECONCILE_BEHIND: Final = PAGE
-#: Changes applied incrementally before the heap is settled again (at least).
+#: Changes applied incrementally before the heap is settled again (at least), and the size
+#: of a built table (or of the one it replaces) below which it is not settled.
 SETTLE_EVERY: Final = 50_000
 
 
@@ -86,7 +87,8 @@ class Loader:
         shadow_every: int = 0,
         settle: Callable[[], None] | None = None,
     ) -> None:
-        """``settle``: the process's memory policy, called once a table is built and when
+        """``settle``: the process's memory policy, called once a table is built (when it,
+        or the one it replaces, holds ``SETTLE_EVERY`` subscriptions or more) and when
         changes have grown it by a quarter (a serving process freezes and trims its heap:
         ``app.heap.settle``); None leaves the process as it is."""
         self.db = db
@@ -171,9 +173,12 @@ class Loader:
         with self._catch_up_lock:
             self._catch_up_table(table)  # changes that landed while building
             self.table = table
-            self._settled_size = len(table)
+            previous, self._settled_size = self._settled_size, len(table)
         self.db.release_memory()  # before the heap is trimmed: what DuckDB frees goes too
-        if self._settle is not None:
+        # A full collection rescans the whole process (a tenth of a second and more): worth
+        # it to freeze a large table or to let go of one, not for a small table replacing
+        # another (what is left to collect then is as little as any write leaves).
+        if self._settle is not None and max(previous, len(table)) >= SETTLE_EVERY:
             self._settle()
         self.rebuild_seconds = time.perf_counter() - started
         log.info(
