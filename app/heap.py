@@ -107,18 +107,29 @@ def keep_pandas_out() -> None:
 
 
 @contextlib.contextmanager
-def lean_import() -> Iterator[None]:
-    """While an import (``sub import``) runs: pandas and ``pyarrow.dataset`` kept out
-    (those not imported already), and Arrow's buffers on the C heap (mimalloc, Arrow's
-    default pool, kept some 40 MB of freed batches resident). Both undone after, so an
-    interpreter that runs the command among others (tests) is left as it was; DuckDB asks
-    for a module again once it is importable."""
-    finder = _KeptOut(name for name in (PANDAS, ARROW_DATASET) if name not in sys.modules)
-    pool = pa.default_memory_pool()
+def kept_out(*names: str) -> Iterator[None]:
+    """While the block runs, the modules ``names`` (those not imported already) cannot be
+    imported; undone after, so an interpreter that runs a command among others (tests) is
+    left as it was: DuckDB asks for a module again once it is importable. A command that
+    opens the store directly keeps pandas out this way: DuckDB's import of it took about
+    half a second of each such command's second of CPU."""
+    finder = _KeptOut(name for name in names if name not in sys.modules)
     sys.meta_path.insert(0, finder)
-    arrow_on_malloc()
     try:
         yield
     finally:
-        pa.set_memory_pool(pool)
         sys.meta_path.remove(finder)
+
+
+@contextlib.contextmanager
+def lean_import() -> Iterator[None]:
+    """While an import (``sub import``) runs: pandas and ``pyarrow.dataset`` kept out
+    (``kept_out``), and Arrow's buffers on the C heap (mimalloc, Arrow's default pool, kept
+    some 40 MB of freed batches resident). Both undone after."""
+    pool = pa.default_memory_pool()
+    with kept_out(PANDAS, ARROW_DATASET):
+        arrow_on_malloc()
+        try:
+            yield
+        finally:
+            pa.set_memory_pool(pool)

@@ -53,31 +53,33 @@ def connect(
     is created and migrated (said on stderr); otherwise it must have been migrated, to the
     current schema (``NoSchemaError``), and is used as it is. ``bulk``: the command writes
     in bulk (an embedded DuckDB is then set for it: ``store.Database``)."""
+    from app import heap
     from store import Database, DatabaseLockedError
 
     if api_url is None:
         if create:
             announce_new_store(settings.database_url)
-        try:
-            db = Database(settings.database_url, create=create, bulk=bulk)
-        except DatabaseLockedError:
-            api_url = f"http://{settings.host}:{settings.port}"
-        else:
-            from app.cli.direct import DirectAdmin
-            from migrations.runner import upgrade
-            from store.models import Base
-
+        with heap.kept_out(heap.PANDAS):  # DuckDB would import it, unused (``kept_out``)
             try:
-                if create:
-                    upgrade(db.url)
-                else:
-                    # Every table: a write records its audit row (``sub rm`` on a store
-                    # of an older release would otherwise fail half way).
-                    db.require_schema(Base.metadata.tables)
-                yield DirectAdmin(db, settings)
-            finally:
-                db.dispose()
-            return
+                db = Database(settings.database_url, create=create, bulk=bulk)
+            except DatabaseLockedError:
+                api_url = f"http://{settings.host}:{settings.port}"
+            else:
+                from app.cli.direct import DirectAdmin
+                from migrations.runner import upgrade
+                from store.models import Base
+
+                try:
+                    if create:
+                        upgrade(db.url)
+                    else:
+                        # Every table: a write records its audit row (``sub rm`` on a
+                        # store of an older release would otherwise fail half way).
+                        db.require_schema(Base.metadata.tables)
+                    yield DirectAdmin(db, settings)
+                finally:
+                    db.dispose()
+                return
     from app.auth import dev_token
     from app.cli.http import HttpAdmin
 
