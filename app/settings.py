@@ -11,8 +11,8 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.ratelimit import ADMIN, BATCH_TOPICS, MATCH, Rate
-from loader import DEFAULT_ENGINES
 from matcher import Limits
+from matcher.registry import DEFAULT_ENGINES
 from store import DEFAULT_DATABASE_URL
 
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from app.admin_reads import label_pair
 from app.auth import Caller
 from app.operations import AdminOperations
 from app.refusals import InvalidDialectError, InvalidRequestError, TooManyPatternsError
-from loader import RoutingTable
 from matcher import DEFAULT_LIMITS, DIALECTS, get_dialect
 from matcher.budget import Budget
 from matcher.explain import Explanation, explain
@@ -37,6 +36,9 @@ from topicstore.models import (
     SubscriptionOrder,
     Unmatched,
 )
+
+if TYPE_CHECKING:  # the listing of a command that builds no table loads no loader
+    from loader import RoutingTable
 
 #: Matched subscriptions explained per request (lowest ids first; the total is reported).
 MAX_EXPLAINED: Final = 1_000

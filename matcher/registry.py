@@ -32,6 +32,12 @@ _ENGINE_CLASSES: Final[dict[str, type[Matcher]]] = {
 ENGINES: Final[tuple[str, ...]] = tuple(_ENGINE_CLASSES)
 
 
+#: The engines a routing table builds unless told otherwise: the compiled walk answers, and
+#: ``optimized_inverted_bitmap``, an independent algorithm, is kept current beside it and
+#: checks a sample of its answers (``loader.shadow``).
+DEFAULT_ENGINES: Final = ("native", "optimized_inverted_bitmap")
+
+
 def create_matcher(
     name: str, dialect: str = "amqp", limits: Limits | None = None, cache_size: int = 0
 ) -> Matcher:
