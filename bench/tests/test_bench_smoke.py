@@ -20,12 +20,15 @@ from bench.baseline import DictTrie, MemoizedDictTrie
 from bench.concurrency import EXCLUDED as CONCURRENCY_EXCLUDED
 from bench.cs_trie_load import LOAD_SUBJECTS
 from bench.hostile import row_labels as hostile_rows
+from bench.loadgen import wrk_path
 from bench.report import format_table
 from bench.sizes import QUICK
 from bench.storm import PHASES as STORM_PHASES
 from bench.subjects import BASELINE, MEMOIZED_BASELINE, cached
 from bench.suite import run
 from bench.tables import TABLES
+from bench.tests.test_api_load import assert_measured
+from harness.services import require
 from harness.workloads import (
     adversarial_workload,
     concurrency_key,
@@ -160,6 +163,9 @@ def test_every_suite_table_has_expected_rows() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SUITE_TABLES)
 def test_quick_table_writes_its_outputs_for_every_engine(name: str, tmp_path: Path) -> None:
+    if name == "api_load":
+        # `make setup` installs wrk where it can (root): on CI a missing wrk is a failure.
+        require(wrk_path() is not None, "wrk", hint="apt-get install wrk")
     tables = run(tmp_path / "out", list(ENGINES), quick=True, tables=[name])
     assert [table.name for table in tables] == _outputs(name)
     for table in tables:
@@ -176,6 +182,8 @@ def test_quick_table_writes_its_outputs_for_every_engine(name: str, tmp_path: Pa
         for row in by_name["adversarial"].rows[-2:]:
             assert row[0] in ADVERSARIAL_LABELS.values()
             assert row[3] == TIMEOUT or isinstance(row[3], float)
+    if name == "api_load":
+        assert_measured(by_name["api_load"], "wrk", QUICK.api_batch_topics)
     if name == "memory":
         # the largest RSS size is measured for the large subjects only
         memory = {row[0]: row for row in by_name["memory"].rows}
