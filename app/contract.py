@@ -357,8 +357,8 @@ def _key(app: FastAPI, settings: Settings) -> tuple[object, ...]:
 
 def install(app: FastAPI, settings: Settings) -> None:
     """Make ``app.openapi()`` return the document with the rules stated. It is built once
-    per process for apps that share its ``_key`` (a tenth of a second of CPU that every
-    app built in one process, as tests do, paid again); each app gets its own copy."""
+    per process for apps that share its ``_key`` (building it costs more than the rest of
+    an app's start, and tests build hundreds of apps); each app gets its own copy."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:

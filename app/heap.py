@@ -111,8 +111,8 @@ def kept_out(*names: str) -> Iterator[None]:
     """While the block runs, the modules ``names`` (those not imported already) cannot be
     imported; undone after, so an interpreter that runs a command among others (tests) is
     left as it was: DuckDB asks for a module again once it is importable. A command that
-    opens the store directly keeps pandas out this way: DuckDB's import of it took about
-    half a second of each such command's second of CPU."""
+    opens the store directly keeps pandas out this way: DuckDB would import it (a good
+    part of a short command's start) only to ask whether a value is a pandas object."""
     finder = _KeptOut(name for name in names if name not in sys.modules)
     sys.meta_path.insert(0, finder)
     try:

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from bench.report import Column, Table
 from harness.scratch_db import DEFAULT_ADMIN_URL, postgres_reachable, scratch_postgres
 from harness.workloads import market_subscriptions
-from loader import DEFAULT_ENGINES, Loader
+from loader import Loader
+from matcher.registry import DEFAULT_ENGINES
 from store import NewSubscription, SubscriptionRepository, validate
 
 BATCH = 100_000

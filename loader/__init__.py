@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from loader.catalog import Entry
-from loader.engines import DEFAULT_ENGINES
 from loader.loader import Loader
 from loader.state import Snapshot
 from loader.table import RoutingTable
 
-__all__ = ["DEFAULT_ENGINES", "Entry", "Loader", "RoutingTable", "Snapshot"]
+__all__ = ["Entry", "Loader", "RoutingTable", "Snapshot"]

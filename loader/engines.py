@@ -8,10 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from matcher import CapacityError, HeadersMatcher, Limits, Matcher, create_matcher
-from matcher.registry import DEFAULT_ENGINES
 from store.records import headers_from_pattern
 
-__all__ = ["DEFAULT_ENGINES", "SHADOW_MAX", "engine_set", "headers_matcher"]
 #: A (tenant, dialect) holding more subscriptions than this keeps only the answering engine:
 #: the others exist only for the shadow check, and at a million subscriptions they would
 #: double the table's memory and build time (see docs/architecture.md, "Shadow checks").

@@ -34,12 +34,12 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from loader.catalog import Catalog, Entry
-from loader.engines import DEFAULT_ENGINES
 from loader.reconcile_figures import range_stats
 from loader.shadow import ShadowCheck
 from loader.table import RoutingTable
 from matcher import Limits
 from matcher.base import gc_paused
+from matcher.registry import DEFAULT_ENGINES
 from store.db import CHANGES_CHANNEL, Database
 from store.records import Change, Removals
 from store.repository import SubscriptionRepository
@@ -175,9 +175,9 @@ class Loader:
             self.table = table
             previous, self._settled_size = self._settled_size, len(table)
         self.db.release_memory()  # before the heap is trimmed: what DuckDB frees goes too
-        # A full collection rescans the whole process (a tenth of a second and more): worth
-        # it to freeze a large table or to let go of one, not for a small table replacing
-        # another (what is left to collect then is as little as any write leaves).
+        # A full collection rescans every object of the process: worth it to freeze a large
+        # table or to let go of one, not for a small table replacing another (what is left
+        # to collect then is as little as any write leaves).
         if self._settle is not None and max(previous, len(table)) >= SETTLE_EVERY:
             self._settle()
         self.rebuild_seconds = time.perf_counter() - started

@@ -13,11 +13,12 @@ from typing import Final
 
 from loader.catalog import Catalog
 from loader.columns import Names
-from loader.engines import DEFAULT_ENGINES, SHADOW_MAX, engine_set, headers_matcher
+from loader.engines import SHADOW_MAX, engine_set, headers_matcher
 from loader.expiry import ExpiryIndex
 from loader.groups import GroupIndex
 from loader.shadow import ShadowCheck
 from matcher import CapacityError, HeadersMatcher, Limits, Matcher
+from matcher.registry import DEFAULT_ENGINES
 
 log = logging.getLogger(__name__)
 
