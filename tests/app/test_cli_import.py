@@ -130,3 +130,37 @@ def test_an_import_into_duckdb_loads_neither_pandas_nor_pyarrow_dataset(tmp_path
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["created 2, already there 0, failed 0", "[]", "True"]
+
+
+#: A fresh interpreter: commands on the store directly, in process, then whether pandas
+#: was loaded and whether it can be imported after them.
+_DIRECT = """
+import sys
+from typer.testing import CliRunner
+from app.cli import app
+for args in (["sub", "add", "q", "lean.*"], ["match", "lean.x"], ["sub", "ls"], ["audit"]):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, (args, result.output)
+print("pandas" in sys.modules)
+import pandas
+print("pandas" in sys.modules)
+"""
+
+
+def test_commands_on_the_store_directly_do_not_load_pandas(tmp_path: Path) -> None:
+    """``app.heap.kept_out`` in ``app.cli.connect``: DuckDB's client imports pandas when a
+    statement first binds a parameter, only to ask whether the value is a pandas object; a
+    command on the store directly (a write, a match, listings) runs without it, and it can
+    be imported again after."""
+    env = service_environment({"database_url": f"duckdb:///{tmp_path / 'store.duckdb'}"})
+    done = subprocess.run(
+        [sys.executable, "-c", _DIRECT],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False", "True"]
