@@ -96,6 +96,23 @@ def test_json_lines_are_numbered_by_physical_line(
     assert _stored(store_url) == ["sep.\u2028.x", "nel.\u0085.x", "last"]
 
 
+def _fresh_interpreter(directory: Path, script: str, *args: str) -> list[str]:
+    """The lines ``script`` prints, run by a new interpreter in ``directory`` on a DuckDB
+    store there (what a module loaded is only known in a process that loaded nothing)."""
+    env = service_environment({"database_url": f"duckdb:///{directory / 'store.duckdb'}"})
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 #: Run in a fresh interpreter: the command in process, then what it loaded, then whether
 #: the modules it kept out can be imported after it.
 _LEAN = """
@@ -118,18 +135,8 @@ def test_an_import_into_duckdb_loads_neither_pandas_nor_pyarrow_dataset(tmp_path
     can be imported again once it is done."""
     source = tmp_path / "subscriptions.csv"
     source.write_text("q,lean.one\nq,lean.two\n", encoding="utf-8")
-    env = service_environment({"database_url": f"duckdb:///{tmp_path / 'store.duckdb'}"})
-    done = subprocess.run(
-        [sys.executable, "-c", _LEAN, str(source)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["created 2, already there 0, failed 0", "[]", "True"]
+    printed = _fresh_interpreter(tmp_path, _LEAN, str(source))
+    assert printed == ["created 2, already there 0, failed 0", "[]", "True"]
 
 
 #: A fresh interpreter: commands on the store directly, in process, then whether pandas
@@ -152,15 +159,4 @@ def test_commands_on_the_store_directly_do_not_load_pandas(tmp_path: Path) -> No
     statement first binds a parameter, only to ask whether the value is a pandas object; a
     command on the store directly (a write, a match, listings) runs without it, and it can
     be imported again after."""
-    env = service_environment({"database_url": f"duckdb:///{tmp_path / 'store.duckdb'}"})
-    done = subprocess.run(
-        [sys.executable, "-c", _DIRECT],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["False", "True"]
+    assert _fresh_interpreter(tmp_path, _DIRECT) == ["False", "True"]
