@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -39,9 +40,9 @@ SELECT s.id, d.n, to_timestamp(d.t)
 FROM (
     SELECT u.id, sum(u.n) AS n, max(u.t) AS t
     FROM (
-        SELECT unnest(CAST(:ids AS BIGINT[])) AS id,
-               unnest(CAST(:counts AS BIGINT[])) AS n,
-               unnest(CAST(:lasts AS BIGINT[])) AS t
+        SELECT unnest({ids}) AS id,
+               unnest({counts}) AS n,
+               unnest({lasts}) AS t
     ) u
     GROUP BY u.id
 ) d
@@ -51,8 +52,24 @@ ON CONFLICT (subscription_id) DO UPDATE SET
     matches = subscription_stats.matches + excluded.matches,
     last_matched_at = greatest(subscription_stats.last_matched_at, excluded.last_matched_at)
 """
-_ADD_POSTGRES: Final = sa.text(_ADD.format(lock="ORDER BY s.id FOR KEY SHARE OF s SKIP LOCKED"))
-_ADD_DUCKDB: Final = sa.text(_ADD.format(lock=""))
+_ADD_POSTGRES: Final = sa.text(
+    _ADD.format(
+        lock="ORDER BY s.id FOR KEY SHARE OF s SKIP LOCKED",
+        **{name: f"CAST(:{name} AS BIGINT[])" for name in ("ids", "counts", "lasts")},
+    )
+)
+# On DuckDB each array goes as its JSON text: its client would inspect every element of a
+# list, each inspection two failed imports of pandas in a serving process (see
+# ``store.duckdb_write``), with the GIL held, for up to FLUSH_ROWS ids a flush.
+_ADD_DUCKDB: Final = sa.text(
+    _ADD.format(
+        lock="",
+        **{
+            name: f"from_json(CAST(:{name} AS JSON), '[\"BIGINT\"]')"
+            for name in ("ids", "counts", "lasts")
+        },
+    )
+)
 
 
 def add_counts(
@@ -66,8 +83,11 @@ def add_counts(
     """Add ``counts[k]`` deliveries to subscription ``ids[k]``, the last at ``lasts[k]``
     (seconds since the Unix epoch), in one statement: at most ``FLUSH_ROWS`` of them.
     O(rows) index probes; ids no longer stored are skipped."""
-    params = {"ids": list(ids), "counts": list(counts), "lasts": list(lasts)}
-    session.execute(_ADD_POSTGRES if postgres else _ADD_DUCKDB, params)
+    arrays = {"ids": list(ids), "counts": list(counts), "lasts": list(lasts)}
+    if postgres:
+        session.execute(_ADD_POSTGRES, arrays)
+        return
+    session.execute(_ADD_DUCKDB, {k: orjson.dumps(v).decode() for k, v in arrays.items()})
 
 
 def forget(session: Session, ids: sa.Select[Any]) -> None:
