@@ -25,7 +25,7 @@ EXTENSIONS = [
     cpp_extension("_answers", "app", "*.hpp"),
 ]
 
-# The two modules compile at once (a 2-core machine: a clean setup waits about 5 s less).
+# The two modules compile at once, not one after the other (a setup's longest step).
 setup(
     ext_modules=cythonize(EXTENSIONS, language_level=3),
     options={"build_ext": {"parallel": 2}},
