@@ -344,10 +344,11 @@ class SubscriptionRepository(SubscriptionReads):
             .order_by(Subscription.expires_at, Subscription.id)
             .limit(limit)
         )
-        ids = [int(i) for i in self.session.scalars(due)]
-        if not ids:
+        if self.session.execute(due.limit(1)).first() is None:
             return {}
-        return self._remove_where(Subscription.id.in_(ids))
+        # The ids as a subquery, not a list: DuckDB would bind them one by one in each of
+        # its three statements (``store.duckdb_write`` says what that costs).
+        return self._remove_where(Subscription.id.in_(due.scalar_subquery()))
 
     def remove_expired_keys(
         self, keys: Iterable[tuple[str, str, str, str]], now: datetime
