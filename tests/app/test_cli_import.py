@@ -3,8 +3,6 @@ line is reported with its number and the good ones are stored."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,7 @@ from typer.testing import CliRunner, Result
 
 from app.cli import app
 from app.settings import get_settings
-from harness.server import service_environment
+from harness.fresh import fresh_interpreter
 from store import Database, SubscriptionRepository
 
 
@@ -97,20 +95,9 @@ def test_json_lines_are_numbered_by_physical_line(
 
 
 def _fresh_interpreter(directory: Path, script: str, *args: str) -> list[str]:
-    """The lines ``script`` prints, run by a new interpreter in ``directory`` on a DuckDB
-    store there (what a module loaded is only known in a process that loaded nothing)."""
-    env = service_environment({"database_url": f"duckdb:///{directory / 'store.duckdb'}"})
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        env=env,
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
+    """``fresh_interpreter`` on a DuckDB store in ``directory``."""
+    store = {"database_url": f"duckdb:///{directory / 'store.duckdb'}"}
+    return fresh_interpreter(script, *args, cwd=directory, settings=store)
 
 
 #: Run in a fresh interpreter: the command in process, then what it loaded, then whether

@@ -4,11 +4,9 @@ inspects every Python value it binds, and in a serving process (pandas kept out,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-from harness.server import service_environment
+from harness.fresh import fresh_interpreter
 
 #: Run in a fresh interpreter (pandas not imported yet): the imports of pandas DuckDB tries
 #: while 100 subscription rows are inserted and 1,000 ids' statistics are added, then the
@@ -65,17 +63,7 @@ print(tuple(stored), tuple(counted))
 
 def test_many_rows_bind_a_few_values(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'store.duckdb'}"
-    done = subprocess.run(
-        [sys.executable, "-c", _COUNTED, url],
-        env=service_environment({}),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    inserted, added, stored = done.stdout.splitlines()
+    inserted, added, stored = fresh_interpreter(_COUNTED, url, cwd=tmp_path)
     # A value bound is two tries; a value per field would be 2,600 and 6,000.
     assert int(inserted) <= 4
     assert int(added) <= 12

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
+from harness.fresh import fresh_interpreter
 from harness.services import fresh_postgres_database
 from migrations.runner import HEAD, alembic_config, downgrade, recorded_revisions, upgrade
 from store import Database
@@ -160,19 +161,8 @@ def test_a_store_at_head_is_checked_without_alembic(tmp_path: Path) -> None:
         f"print('alembic' in sys.modules, sorted(recorded_revisions({url!r})))\n"
     )
 
-    def run() -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    assert run() == f"True ['{HEAD}']"  # behind: migrated by alembic
-    assert run() == f"False ['{HEAD}']"  # at head: alembic never imported
+    assert fresh_interpreter(script, cwd=tmp_path) == [f"True ['{HEAD}']"]  # behind: migrated
+    assert fresh_interpreter(script, cwd=tmp_path) == [f"False ['{HEAD}']"]  # at head: no alembic
     assert recorded_revisions(url) == {HEAD}
 
 
