@@ -12,9 +12,10 @@ Two measures, because neither alone is right:
 * ``tracemalloc``: what the subject allocated through Python's allocator while subscribing,
   after the empty subject existed. Exact and repeatable, but blind to memory a C extension
   takes with ``malloc``: pyroaring's bitmap containers are not counted.
-* RSS growth of a fresh child process (``python -m bench.memory``) while it subscribes: sees
-  everything, bitmaps included, but only in pages, so it is meaningful at large counts only.
-  This is the trustworthy column.
+* RSS growth of a new child process while it subscribes: sees everything, bitmaps
+  included, but only in pages, so it is meaningful at large counts only. This is the
+  trustworthy column. The child is forked from a fork server that has only imported this
+  module: it has built nothing, as a fresh interpreter would not have.
 
 Both collect garbage before reading. The child keeps the cyclic garbage collector on while
 subscribing, as a service does; tracemalloc pauses it (it reads only what is still alive
@@ -27,12 +28,13 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import multiprocessing
 import os
-import subprocess
 import sys
 import tracemalloc
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from time import perf_counter
 from typing import Final
@@ -108,24 +110,39 @@ def _rss_child(name: str, count: int, seed: int) -> RssGrowth:
     return RssGrowth(_resident_bytes() - before, elapsed)
 
 
+#: Where RSS children come from: a fork server that has imported this module (and with it
+#: the engines and the workload generator) once, so each child starts with nothing built
+#: and nothing of the parent's, in milliseconds instead of an interpreter's start.
+_CHILDREN: Final = multiprocessing.get_context("forkserver")
+
+
+def _report(name: str, count: int, seed: int, answer: Connection) -> None:
+    """The child's body: ``_rss_child``'s figures sent to the parent."""
+    grown = _rss_child(name, count, seed)
+    answer.send((grown.bytes, grown.seconds))
+    answer.close()
+
+
 def rss_growth(name: str, count: int, seed: int, timeout: float) -> RssGrowth | None:
     """RSS growth measured in a child process; None where ``/proc`` does not exist."""
     if not _STATM.exists():
         return None
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
-    }
-    command = [sys.executable, "-m", "bench.memory", name, str(count), str(seed)]
+    _CHILDREN.set_forkserver_preload(["bench.memory"])  # read when the server starts
+    receiving, sending = _CHILDREN.Pipe(duplex=False)
+    child = _CHILDREN.Process(target=_report, args=(name, count, seed, sending), daemon=True)
+    child.start()
+    sending.close()
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, check=True, timeout=timeout, env=env
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        raise BenchError("rss_child_failed", f"{' '.join(command)}: {e}") from e
-    data = json.loads(done.stdout)
-    return RssGrowth(int(data["rss_bytes"]), float(data["seconds"]))
+        if not receiving.poll(timeout):
+            raise BenchError("rss_child_failed", f"{name} at {count:,}: no answer in {timeout} s")
+        rss_bytes, seconds = receiving.recv()
+    except EOFError:
+        raise BenchError("rss_child_failed", f"{name} at {count:,}: the child died") from None
+    finally:
+        receiving.close()
+        child.kill()
+        child.join()
+    return RssGrowth(int(rss_bytes), float(seconds))
 
 
 def run_memory(
@@ -227,7 +244,7 @@ def run_memory(
 
 
 def main(argv: Sequence[str]) -> None:
-    """``python -m bench.memory NAME COUNT SEED``: the RSS child; prints JSON."""
+    """``python -m bench.memory NAME COUNT SEED``: one RSS measurement; prints JSON."""
     name, count, seed = argv
     grown = _rss_child(name, int(count), int(seed))
     print(json.dumps({"rss_bytes": grown.bytes, "seconds": grown.seconds}))

@@ -8,9 +8,10 @@ Exit statuses (docs/cli.md lists them too):
 * 2: usage or configuration (click's usage errors, a setting, a store never migrated);
 * 3: the store or the service is unavailable (DuckDB file held, connection refused).
 
-The error types are imported only when an error is being reported, and those of a library
-only when the command loaded it, so a command that succeeds never loads SQLAlchemy or
-httpx for this.
+The error types are imported only when an error is being reported, and only from modules
+the command loaded (one not imported cannot have raised), so neither a command that
+succeeds nor one refused at its options loads the store, SQLAlchemy or httpx for this: a
+usage error is reported in the time typer takes to start.
 """
 
 from __future__ import annotations
@@ -63,18 +64,18 @@ def _settings_message(error: Any) -> str:
 
 def report_for(error: BaseException) -> Report | None:
     """The report of a known error, or None for one that is not (a bug)."""
-    from pydantic import ValidationError
-
-    from app.auth import ConfigurationError
-    from app.refusals import ServiceError
-    from matcher import MatcherError
-
     if isinstance(error, UsageError):
         return Report(error.code, error.message, USAGE)
-    if isinstance(error, ValidationError) and error.title == "Settings":
-        return Report("invalid_setting", _settings_message(error), USAGE)
-    if isinstance(error, ConfigurationError):
-        return Report(error.code, str(error), USAGE)
+    if "pydantic" in sys.modules:
+        from pydantic import ValidationError
+
+        if isinstance(error, ValidationError) and error.title == "Settings":
+            return Report("invalid_setting", _settings_message(error), USAGE)
+    if "app.auth" in sys.modules:
+        from app.auth import ConfigurationError
+
+        if isinstance(error, ConfigurationError):
+            return Report(error.code, str(error), USAGE)
     if "topicstore.client" in sys.modules:  # the HTTP mode's client: a running service
         from topicstore.client import ApiError
 
@@ -82,8 +83,16 @@ def report_for(error: BaseException) -> Report | None:
             hint = _TOKEN_HINT if error.status == 401 else None
             status = UNAVAILABLE if error.status == 503 else REFUSED
             return Report(error.code, error.message, status, hint)
-    if isinstance(error, ServiceError | MatcherError):
-        return Report(error.code, error.message, REFUSED)
+    if "app.refusals" in sys.modules:
+        from app.refusals import ServiceError
+
+        if isinstance(error, ServiceError):
+            return Report(error.code, error.message, REFUSED)
+    if "matcher.errors" in sys.modules:
+        from matcher.errors import MatcherError
+
+        if isinstance(error, MatcherError):
+            return Report(error.code, error.message, REFUSED)
     return _io_report(error)
 
 

@@ -6,6 +6,7 @@ runs the real ``topicstore`` process; the last ones while a real server holds th
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -115,13 +116,24 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory where ``migrate`` made the default store and ``export`` wrote it to
+    ``s.parquet``, which the cases that ``prepare`` copy."""
+    directory = tmp_path_factory.mktemp("prepared")
+    migrated = run_cli(directory, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    exported = run_cli(directory, "export", "s.parquet")
+    assert exported.returncode == 0, exported.stderr
+    return directory
+
+
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_a_known_error_is_one_line_and_an_exit_status(case: Case, tmp_path: Path) -> None:
+def test_a_known_error_is_one_line_and_an_exit_status(
+    case: Case, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     if case.prepare:
-        migrated = run_cli(tmp_path, "migrate")
-        assert migrated.returncode == 0, migrated.stderr
-        exported = run_cli(tmp_path, "export", "s.parquet")
-        assert exported.returncode == 0, exported.stderr
+        shutil.copytree(request.getfixturevalue("prepared"), tmp_path, dirs_exist_ok=True)
     (tmp_path / "messages.jsonl").write_text('{"message_id": "m", "topic": "a", "ts": 1}\n')
     result = run_cli(tmp_path, *case.args, **case.settings)
     assert_one_error(result, case.code, case.status)
