@@ -28,8 +28,6 @@ from store.errors import DatabaseLockedError, NoSchemaError, UnsupportedDatabase
 from store.group_commit import GroupCommit
 from store.records import Change
 
-#: The embedded default store: one DuckDB file, no server to run.
-DEFAULT_DATABASE_URL: Final = "duckdb:///./data/topicstore.duckdb"
 #: Advisory lock key that serializes writers of change_log ("tpcs" in ASCII).
 WRITER_LOCK_KEY: Final = 0x74706373
 #: PostgreSQL channel whose payload is the newest change seq (a doorbell, not the data).

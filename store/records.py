@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, TypeAlias, get_args
 from matcher import HeaderLimits, HeadersMatcher, Limits, MatcherError, checked_text, get_dialect
 from matcher.grammar import unseen_character
 from matcher.groups import Policy, check_group, check_policy, split_shared
+from store.defaults import DEFAULT_TENANT
 from store.errors import InvalidSubscriptionError
 
 Kind: TypeAlias = Literal["topic", "headers"]
@@ -27,7 +28,6 @@ MODES: Final[tuple[Mode, ...]] = get_args(Mode)
 Criteria: TypeAlias = tuple[tuple[str, str | None], ...]
 #: The dialect value stored for content-based (headers) subscriptions.
 HEADERS_DIALECT: Final = "headers"
-DEFAULT_TENANT: Final = "default"
 DEFAULT_DIALECT: Final = "amqp"
 MAX_NAME_BYTES: Final = 255
 MAX_LABELS_BYTES: Final = 4096

@@ -99,7 +99,7 @@ def report_for(error: BaseException) -> Report | None:
 def _io_report(error: BaseException) -> Report | None:
     """Errors of the store, the database driver and the HTTP client (loaded only if the
     command loaded them: a module not imported cannot have raised)."""
-    if "store" in sys.modules:
+    if "store.errors" in sys.modules:
         from store import (
             DatabaseLockedError,
             NoSchemaError,

@@ -149,23 +149,37 @@ def test_commands_on_the_store_directly_do_not_load_pandas(tmp_path: Path) -> No
     assert _fresh_interpreter(tmp_path, _DIRECT) == ["False", "True"]
 
 
-#: A fresh interpreter: commands refused at their options, in process, then which of the
-#: store's libraries they loaded.
+#: A fresh interpreter: commands refused at their options or their settings, in process,
+#: then which of the store's and the service's libraries they loaded.
 _REFUSED = """
 import sys
 from typer.testing import CliRunner
 from app.cli import app
-for args in (["match", "a", "--dialect", "kafka"], ["sub", "add", "q", "a", "--label", "k"]):
-    result = CliRunner().invoke(app, args)
+cases = (
+    (["match", "a", "--dialect", "kafka"], {}),
+    (["sub", "add", "q", "a", "--label", "k"], {}),
+    (["serve", "--port", "1"], {"TOPICSTORE_DEV": "false"}),
+    (["serve", "--port", "1"], {"TOPICSTORE_ADMIN_TOKEN": "short"}),
+)
+for args, env in cases:
+    result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 2, (args, result.output)
     print(result.output.splitlines()[0].split(":")[1].strip())
-print(sorted(n for n in ("store", "sqlalchemy", "pyarrow", "psycopg") if n in sys.modules))
+loaded = ("store.db", "sqlalchemy", "pyarrow", "psycopg", "fastapi", "uvicorn")
+print(sorted(name for name in loaded if name in sys.modules))
 """
 
 
 def test_a_command_refused_at_its_options_loads_no_store(tmp_path: Path) -> None:
     """``app.cli.errors.report_for`` looks an error's type up only in the modules the
-    command loaded: a usage error is reported without importing the store and its
-    libraries (about three quarters of a command's start) to learn it is none of theirs."""
+    command loaded, ``store`` loads its parts when asked for one, and ``serve`` loads the
+    service once its settings pass: a usage or settings error is reported without
+    importing the store, its libraries and the web stack (most of a command's start)."""
     printed = _fresh_interpreter(tmp_path, _REFUSED)
-    assert printed == ["invalid_dialect", "invalid_label", "[]"]
+    assert printed == [
+        "invalid_dialect",
+        "invalid_label",
+        "insecure_configuration",
+        "invalid_setting",
+        "[]",
+    ]
