@@ -32,6 +32,7 @@ import multiprocessing
 import os
 import sys
 import tracemalloc
+import types
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -130,7 +131,15 @@ def rss_growth(name: str, count: int, seed: int, timeout: float) -> RssGrowth | 
     _CHILDREN.set_forkserver_preload(["bench.memory"])  # read when the server starts
     receiving, sending = _CHILDREN.Pipe(duplex=False)
     child = _CHILDREN.Process(target=_report, args=(name, count, seed, sending), daemon=True)
-    child.start()
+    # A child imports its parent's main module again (a script, or `python -m` of the
+    # whole suite) unless the parent's has no name or file to import it by; the child runs
+    # only ``_report``, so it is started while a bare module stands in for it.
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        child.start()
+    finally:
+        sys.modules["__main__"] = main
     sending.close()
     try:
         if not receiving.poll(timeout):
