@@ -52,10 +52,12 @@ ON CONFLICT (subscription_id) DO UPDATE SET
     matches = subscription_stats.matches + excluded.matches,
     last_matched_at = greatest(subscription_stats.last_matched_at, excluded.last_matched_at)
 """
+#: The three arrays a flush binds, each as ``unnest``'s argument in ``_ADD``.
+_ARRAYS: Final = ("ids", "counts", "lasts")
 _ADD_POSTGRES: Final = sa.text(
     _ADD.format(
         lock="ORDER BY s.id FOR KEY SHARE OF s SKIP LOCKED",
-        **{name: f"CAST(:{name} AS BIGINT[])" for name in ("ids", "counts", "lasts")},
+        **{name: f"CAST(:{name} AS BIGINT[])" for name in _ARRAYS},
     )
 )
 # On DuckDB each array goes as its JSON text: its client would inspect every element of a
@@ -63,11 +65,7 @@ _ADD_POSTGRES: Final = sa.text(
 # ``store.duckdb_write``), with the GIL held, for up to FLUSH_ROWS ids a flush.
 _ADD_DUCKDB: Final = sa.text(
     _ADD.format(
-        lock="",
-        **{
-            name: f"from_json(CAST(:{name} AS JSON), '[\"BIGINT\"]')"
-            for name in ("ids", "counts", "lasts")
-        },
+        lock="", **{name: f"from_json(CAST(:{name} AS JSON), '[\"BIGINT\"]')" for name in _ARRAYS}
     )
 )
 

@@ -34,13 +34,6 @@ def migrate(
     typer.echo(f"migrated {db.backend.value} database to {revision}")
 
 
-def _backend(url: str) -> str:
-    """``store.backend_of(url)``'s name (it loads the store only when asked)."""
-    from store import backend_of
-
-    return backend_of(url).value
-
-
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (TOPICSTORE_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (TOPICSTORE_PORT).")] = None,
@@ -67,12 +60,15 @@ def serve(
     if workers is not None:
         updates["workers"] = workers
     settings = settings.model_copy(update=updates)
-    if settings.workers > 1 and _backend(settings.database_url) != "postgresql":
-        raise UsageError(
-            "workers_need_postgres",
-            "--workers above 1 needs PostgreSQL: a DuckDB file has one owning process "
-            "(run one worker, or set TOPICSTORE_DATABASE_URL to a PostgreSQL database)",
-        )
+    if settings.workers > 1:
+        from store import Backend, backend_of
+
+        if backend_of(settings.database_url) is not Backend.POSTGRES:
+            raise UsageError(
+                "workers_need_postgres",
+                "--workers above 1 needs PostgreSQL: a DuckDB file has one owning process "
+                "(run one worker, or set TOPICSTORE_DATABASE_URL to a PostgreSQL database)",
+            )
     settings = secure(settings)
     # The service loads only once its settings are known to be usable: a refused start
     # answers in the time the settings take to read.
