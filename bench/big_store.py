@@ -6,10 +6,17 @@ Rows are distinct pairs of one shape of ``harness.workloads`` (``market``: five-
 patterns, 1,000 subscribers; ``mixed``: 3 to 6 words over 3,000, 50,000 subscribers), tenant
 ``default``, with ids 1..count; the change log is left empty (seq 0), as after a bulk import
 whose log was compacted.
+
+A benchmark that writes (churn, storms) holds its PostgreSQL database for its run
+(``big_store``): the database of one size is shared by every process on the server, and
+two benchmarks at once (two test workers) would each count the other's rows, rebuild the
+store under the other's servers, or write its usage row twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -25,6 +32,8 @@ from migrations.runner import upgrade
 BIG_DATABASE: Final = "topicstore_1m"
 SHAPES: Final = {"market": market_subscriptions, "mixed": mixed_subscriptions}
 BIG_COUNT: Final = 1_000_000
+#: The first key of the advisory locks that hold a big database (the second: its name).
+_LOCK_CLASS: Final = 0x7B16
 #: Rows written here bypass the repository, which keeps ``tenant_usage``: count them.
 _RECOUNT: Final = (
     "INSERT INTO tenant_usage (tenant, subscriptions) "
@@ -57,9 +66,28 @@ def big_postgres(
 ) -> str:
     """The URL of ``topicstore_1m`` (``topicstore_<count>`` for another count, with a
     ``_mixed`` suffix for that shape) holding exactly ``count`` rows (made if missing or of
-    another size)."""
+    another size), by one process at a time."""
+    name = _database_name(count, shape)
+    with _held(name, admin_url):
+        return _make_postgres(name, count, seed, admin_url, shape)
+
+
+def _database_name(count: int, shape: str) -> str:
     name = BIG_DATABASE if count == BIG_COUNT else f"topicstore_{count}"
-    name += "" if shape == "market" else f"_{shape}"
+    return name + ("" if shape == "market" else f"_{shape}")
+
+
+@contextmanager
+def _held(name: str, admin_url: str) -> Iterator[None]:
+    """Database ``name`` for this process alone while the block runs: a session advisory
+    lock, taken on the admin database so that every process takes it on the same one (the
+    lock goes with the connection, whatever ends the block)."""
+    with psycopg.connect(libpq_dsn(admin_url), autocommit=True) as admin:
+        admin.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, name))
+        yield
+
+
+def _make_postgres(name: str, count: int, seed: int, admin_url: str, shape: str) -> str:
     url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     with psycopg.connect(libpq_dsn(admin_url), autocommit=True) as admin:
         exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
@@ -114,11 +142,16 @@ def big_duckdb(path: Path, count: int = BIG_COUNT, seed: int = 0, shape: str = "
     return url
 
 
-def big_store_url(
+@contextmanager
+def big_store(
     backend: str, count: int, seed: int, directory: Path, admin_url: str = DEFAULT_ADMIN_URL
-) -> str:
-    """A store of ``count`` rows on ``backend`` (``postgresql``: the shared database made
-    once; ``duckdb``: a file in ``directory``)."""
-    if backend == "postgresql":
-        return big_postgres(count, seed, admin_url)
-    return big_duckdb(directory / f"big-{count}.duckdb", count, seed)
+) -> Iterator[str]:
+    """The URL of a store of ``count`` rows on ``backend``, this process's alone while the
+    block runs (``postgresql``: the shared database made once, held; ``duckdb``: a file in
+    ``directory``, which is the caller's)."""
+    if backend != "postgresql":
+        yield big_duckdb(directory / f"big-{count}.duckdb", count, seed)
+        return
+    name = _database_name(count, "market")
+    with _held(name, admin_url):
+        yield _make_postgres(name, count, seed, admin_url, "market")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from bench.big_store import big_store_url, stored_pairs
+from bench.big_store import big_store, stored_pairs
 from bench.percentiles import percentile
 from bench.report import Cell, Column, Table, format_table
 from bench.write_clients import GRACE_S, PROBE_RATE, READY_EVERY_S, STORM_BULK, Clients
@@ -175,7 +175,6 @@ def run_storm(
                 table.notes.append(f"PostgreSQL skipped: not reachable at {admin_url}")
                 continue
             for count in counts:
-                url = big_store_url(backend, count, seed, directory, admin_url)
                 items, topics = _files(directory, count, recreates, seed)
                 storm = (
                     "--items",
@@ -186,8 +185,9 @@ def run_storm(
                     f"{budget_s}",
                 )
                 storms: list[Sequence[str]] = [(), storm, (*storm, "--bulk", str(STORM_BULK))]
-                with running_replicas(directory, server_settings(url, token, count), 1) as (
-                    server,
+                with (
+                    big_store(backend, count, seed, directory, admin_url) as url,
+                    running_replicas(directory, server_settings(url, token, count), 1) as (server,),
                 ):
                     for phase, args in zip(PHASES, storms, strict=True):
                         cells = _phase(server, token, directory, topics, args, quiet_s)

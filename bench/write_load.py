@@ -35,7 +35,7 @@ import httpx
 import psycopg
 from sqlalchemy.engine import make_url
 
-from bench.big_store import big_store_url
+from bench.big_store import big_store
 from bench.percentiles import percentile
 from bench.report import Column, Table, format_table
 from bench.write_clients import GRACE_S, LAG_EVERY_S, PROBE_RATE, READY_EVERY_S, Clients
@@ -260,16 +260,16 @@ def run_write_load(
                 table.notes.append(f"PostgreSQL skipped: not reachable at {admin_url}")
                 continue
             for count in counts:
-                url = big_store_url(backend, count, seed, directory, admin_url)
-                env = {
-                    **server_settings(url, token, count),
-                    # passes due within the churn
-                    "reconcile_interval": f"{seconds / RECONCILE_PASSES:.3g}",
-                    **(settings or {}),
-                }
-                replicas = 2 if backend == "postgresql" else 1
-                with running_replicas(directory, env, replicas) as servers:
-                    figures, notes = measure(servers, token, clients, seconds, directory, url)
+                with big_store(backend, count, seed, directory, admin_url) as url:
+                    env = {
+                        **server_settings(url, token, count),
+                        # passes due within the churn
+                        "reconcile_interval": f"{seconds / RECONCILE_PASSES:.3g}",
+                        **(settings or {}),
+                    }
+                    replicas = 2 if backend == "postgresql" else 1
+                    with running_replicas(directory, env, replicas) as servers:
+                        figures, notes = measure(servers, token, clients, seconds, directory, url)
                 table.rows.append(
                     [
                         backend,

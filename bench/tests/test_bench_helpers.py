@@ -1,21 +1,30 @@
 """The benchmark helpers do what the tables rely on: the concurrency plans hold the stated
 mix and only unsubscribe ids they added, the CPU budget interrupts a call that would never
-return, a budgeted pass stops early, percentiles interpolate between samples. No timings
-asserted."""
+return, a budgeted pass stops early, percentiles interpolate between samples, a big PostgreSQL
+store is made and used by one process at a time. No timings asserted."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
+import psycopg
 import pytest
 
+from bench.big_store import big_store
 from bench.concurrency import MATCH, MIXES, SUBSCRIBE, UNSUBSCRIBE, is_write, thread_ops
 from bench.passes import budgeted_pass
 from bench.percentiles import percentile
 from bench.timing import BudgetExceededError, cpu_budget, cpu_budget_available
+from harness.scratch_db import DEFAULT_ADMIN_URL, libpq_dsn, postgres_reachable
+from harness.services import require
 from harness.workloads import concurrency_key
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("mix", "writes_per_10"), MIXES.items())
@@ -101,3 +110,53 @@ def test_budgeted_pass_completes_within_budget() -> None:
     messages = ["t"] * 20
     _, done = budgeted_pass(_Slow(), messages, budget_s=3_600.0, probe_s=0.0)
     assert done == len(messages)
+
+
+def test_a_held_big_store_is_made_and_used_by_one_process_at_a_time(tmp_path: Path) -> None:
+    """Two benchmarks on the same PostgreSQL size (two test workers) take turns: while one
+    holds the store, another process asking for it waits, and then finds it whole."""
+    require(postgres_reachable(DEFAULT_ADMIN_URL), "PostgreSQL at " + DEFAULT_ADMIN_URL)
+    count = 37  # a size of its own: no other test holds this database
+    script = (
+        "from bench.big_store import big_postgres; import psycopg; "
+        "from harness.scratch_db import libpq_dsn; "
+        f"url = big_postgres({count}); "
+        "print(psycopg.connect(libpq_dsn(url)).execute("
+        "'SELECT count(*), (SELECT subscriptions FROM tenant_usage) FROM subscription'"
+        ").fetchone())"
+    )
+    with big_store("postgresql", count, 0, tmp_path) as url:
+        other = subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO subscription (tenant, subscriber, pattern, dialect, kind) "
+                "VALUES ('default', 'extra', 'x.y', 'amqp', 'topic')"
+            )
+            deadline = time.monotonic() + 60
+            while not _waiting_for_a_big_store():
+                assert other.poll() is None, other.communicate()
+                assert time.monotonic() < deadline, "the other process never waited"
+                time.sleep(0.05)
+            rows = conn.execute("SELECT count(*) FROM subscription").fetchone()
+            assert rows == (count + 1,)  # nothing rebuilt under this one
+    out, err = other.communicate(timeout=120)
+    assert other.returncode == 0, err
+    # It found one row too many, and made the store again: each row once, counted once.
+    assert out.strip() == f"({count}, {count})"
+
+
+def _waiting_for_a_big_store() -> bool:
+    """Some session waits for a big store's advisory lock (``bench.big_store._held``)."""
+    with psycopg.connect(libpq_dsn(DEFAULT_ADMIN_URL), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND classid = %s AND objsubid = 2",
+            (0x7B16,),
+        ).fetchone()
+    return row is not None and row[0] > 0
