@@ -44,7 +44,8 @@ def assert_measured(table: Table, client: str, batch_topics: int) -> None:
 def test_tiny_run_has_every_row() -> None:
     """With the Python load client; wrk, the default where installed (and required on CI),
     drives the quick suite's run (``test_bench_smoke``), checked the same way."""
-    table = run_api_load(1_000, 1.0, batch_topics=50, rounds=1, connections=2, client="python")
+    # A third of a second a row: the rows are checked, not the figures.
+    table = run_api_load(1_000, 0.3, batch_topics=50, rounds=1, connections=2, client="python")
     fan_outs = [fan_out_label(n) for n in FAN_OUTS]
     batch_fan_outs = [batch_fan_out_label(n, 50) for n in FAN_OUTS]
     assert [row[0] for row in table.rows] == [
