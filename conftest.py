@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 settings.register_profile("topicstore", deadline=None)
 settings.load_profile("topicstore")
 
+#: The benchmark tables' quick runs (one test per table).
+_SMOKE: Final = (
+    "bench/tests/test_bench_smoke.py::test_quick_table_writes_its_outputs_for_every_engine"
+)
 #: Node id prefix -> the group whose tests run one after another on one worker:
 #: * ``spark``: the Spark tests share one session (a JVM, seconds to start) per worker (the
 #:   one test elsewhere that asks for it too: on another worker it would start a second);
@@ -43,7 +47,10 @@ settings.load_profile("topicstore")
 #: * ``rabbitmq``: each run declares its own exchange and could share the broker; grouped so
 #:   that the module fixtures routing the corpus through it run once, not once per worker;
 #: * ``tour``: the README tour's tests share one service and the state its sections made (a
-#:   module fixture), which two workers would each set up.
+#:   module fixture), which two workers would each set up;
+#: * ``big_store``: the quick tables that write to the shared PostgreSQL store of their size
+#:   hold it for their run (``bench.big_store``), so on two workers one would wait for the
+#:   other.
 XDIST_GROUPS: Final = {
     "tests/pipeline/": "spark",
     "bench/tests/test_bench_pipeline.py": "spark",
@@ -52,6 +59,8 @@ XDIST_GROUPS: Final = {
     "tests/matcher/test_broker_groups.py": "brokers",
     "tests/matcher/test_rabbitmq_conformance.py": "rabbitmq",
     "tests/app/test_readme_tour.py": "tour",
+    f"{_SMOKE}[write_load]": "big_store",
+    f"{_SMOKE}[storm]": "big_store",
 }
 #: Tests under a grouped prefix that use none of the group's shared service (these start
 #: their own JVMs, or none), so they go wherever a worker is free.
