@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml setup.py matcher/_native.pyx \
 
 # The checkout's own modules byte-compiled (pip compiles only what it installs): every
 # process a test or `make run` starts reads them instead of compiling them from source each
-# time (where PYTHONDONTWRITEBYTECODE is set, as on our CI machines, nothing else writes
-# them for the checkout).
+# time (where PYTHONDONTWRITEBYTECODE is set, as in our sandboxes, nothing else writes them
+# for the checkout).
 # Up-to-date modules are skipped, so a run with nothing changed takes a fraction of a second.
 PACKAGES := app bench harness loader matcher migrations pipeline store tests topicstore
 setup: $(STAMP)

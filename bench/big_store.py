@@ -32,8 +32,9 @@ from migrations.runner import upgrade
 BIG_DATABASE: Final = "topicstore_1m"
 SHAPES: Final = {"market": market_subscriptions, "mixed": mixed_subscriptions}
 BIG_COUNT: Final = 1_000_000
-#: The first key of the advisory locks that hold a big database (the second: its name).
-_LOCK_CLASS: Final = 0x7B16
+#: The first key of the advisory locks that hold a big database (the second: the hash of
+#: its name, ``hashtext``).
+LOCK_CLASS: Final = 0x7B16
 #: Rows written here bypass the repository, which keeps ``tenant_usage``: count them.
 _RECOUNT: Final = (
     "INSERT INTO tenant_usage (tenant, subscriptions) "
@@ -83,7 +84,7 @@ def _held(name: str, admin_url: str) -> Iterator[None]:
     lock, taken on the admin database so that every process takes it on the same one (the
     lock goes with the connection, whatever ends the block)."""
     with psycopg.connect(libpq_dsn(admin_url), autocommit=True) as admin:
-        admin.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_LOCK_CLASS, name))
+        admin.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, name))
         yield
 
 
