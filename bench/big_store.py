@@ -68,24 +68,20 @@ def big_postgres(
     """The URL of ``topicstore_1m`` (``topicstore_<count>`` for another count, with a
     ``_mixed`` suffix for that shape) holding exactly ``count`` rows (made if missing or of
     another size), by one process at a time."""
-    name = _database_name(count, shape)
-    with _held(name, admin_url):
-        return _make_postgres(name, count, seed, admin_url, shape)
-
-
-def _database_name(count: int, shape: str) -> str:
-    name = BIG_DATABASE if count == BIG_COUNT else f"topicstore_{count}"
-    return name + ("" if shape == "market" else f"_{shape}")
+    with _held_postgres(count, seed, admin_url, shape) as url:
+        return url
 
 
 @contextmanager
-def _held(name: str, admin_url: str) -> Iterator[None]:
-    """Database ``name`` for this process alone while the block runs: a session advisory
-    lock, taken on the admin database so that every process takes it on the same one (the
-    lock goes with the connection, whatever ends the block)."""
+def _held_postgres(count: int, seed: int, admin_url: str, shape: str) -> Iterator[str]:
+    """``big_postgres``'s database, this process's alone while the block runs: a session
+    advisory lock, taken on the admin database so that every process takes it on the same
+    one (the lock goes with the connection, whatever ends the block)."""
+    name = BIG_DATABASE if count == BIG_COUNT else f"topicstore_{count}"
+    name += "" if shape == "market" else f"_{shape}"
     with psycopg.connect(libpq_dsn(admin_url), autocommit=True) as admin:
         admin.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, name))
-        yield
+        yield _make_postgres(name, count, seed, admin_url, shape)
 
 
 def _make_postgres(name: str, count: int, seed: int, admin_url: str, shape: str) -> str:
@@ -153,6 +149,5 @@ def big_store(
     if backend != "postgresql":
         yield big_duckdb(directory / f"big-{count}.duckdb", count, seed)
         return
-    name = _database_name(count, "market")
-    with _held(name, admin_url):
-        yield _make_postgres(name, count, seed, admin_url, "market")
+    with _held_postgres(count, seed, admin_url, "market") as url:
+        yield url
