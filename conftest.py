@@ -11,6 +11,7 @@ where they live (``XDIST_GROUPS``); every other test goes wherever a worker is f
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,11 +23,17 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
 from harness.services import fresh_postgres_database, reset_postgres
+from harness.zygote import SWITCH
 from migrations.runner import upgrade
 from store import Database
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# The servers and command lines the tests start are forked from a process that has imported
+# them (``harness.zygote``): the imports were most of what each of hundreds of them cost.
+# Benchmark processes a test starts inherit it; run from the command line they do not fork.
+os.environ.setdefault(SWITCH, "1")  # HARNESS_ZYGOTE=0: every one a fresh process
 
 # No per-example deadline: speed is measured by bench/, not timed in tests, and on a loaded
 # 2-core CI machine a first example took 4.9 s (hypothesis' default deadline is 200 ms).

@@ -22,6 +22,9 @@ from typing import Final
 
 import httpx
 
+from harness.zygote import Forked, forking, zygote
+from harness.zygote import run as run_forked
+
 #: How long a server may take to answer, and to stop once asked.
 STARTUP_TIMEOUT_S: Final = 120.0
 STOP_TIMEOUT_S: Final = 15.0
@@ -52,6 +55,25 @@ def topicstore_command() -> list[str]:
     return [sys.executable, "-c", _ENTRY]
 
 
+def run_command(
+    args: Sequence[str], env: Mapping[str, str], cwd: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``topicstore ARGS`` of this checkout run to its end in ``cwd`` with ``env``, its output
+    captured as text: forked from the zygote while the suite runs (``harness.zygote``), else
+    a process of its own; ``subprocess.TimeoutExpired`` after ``timeout_s``."""
+    if forking():
+        return run_forked(args, env, cwd, timeout_s)
+    return subprocess.run(
+        [*topicstore_command(), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 def service_environment(settings: Mapping[str, str]) -> dict[str, str]:
     """This process's environment without any ``TOPICSTORE_*``, plus ``settings`` (named
     without the prefix: ``database_url``); output unbuffered so it can be read while the
@@ -67,7 +89,7 @@ def service_environment(settings: Mapping[str, str]) -> dict[str, str]:
 class Server:
     """A ``topicstore serve`` process; its stdout and stderr go to ``log``."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | Forked
     port: int
     log: Path
 
@@ -105,7 +127,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=STOP_TIMEOUT_S)
-        return self.process.returncode
+        return self.process.wait()  # ended: its status
 
     def wait_until(
         self, path: str, status: int = 200, timeout_s: float = STARTUP_TIMEOUT_S
@@ -140,14 +162,20 @@ def start_server(
     without the prefix) and ``args`` on a free port, and wait until it answers /healthz."""
     port = free_port()
     log = directory / f"server-{port}.log"
+    command = ["serve", "--host", "127.0.0.1", "--port", str(port), *args]
+    env = service_environment(settings)
+    process: subprocess.Popen[bytes] | Forked
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*topicstore_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-            env=service_environment(settings),
-            cwd=directory,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        if forking():
+            process = zygote().spawn(command, env, directory, subprocess.DEVNULL, out, out)
+        else:
+            process = subprocess.Popen(
+                [*topicstore_command(), *command],
+                env=env,
+                cwd=directory,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
     server = Server(process, port, log)
     try:
         server.wait_until("/healthz", 200, startup_timeout_s)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.server import Server, service_environment, start_server, topicstore_command
+from harness.server import Server, run_command, service_environment, start_server
 from matcher import create_matcher
 from migrations.runner import upgrade
 from store import Database, DatabaseLockedError, NewSubscription, SubscriptionRepository
@@ -275,26 +275,22 @@ def test_writes_acknowledged_before_a_kill_survive_it(serve: ServerFactory, stor
 
 def test_refuses_to_start_without_an_admin_token(tmp_path: Path) -> None:
     url = f"duckdb:///{tmp_path / 'never.duckdb'}"
-    result = subprocess.run(
-        [*topicstore_command(), "serve", "--port", "1"],
-        env=service_environment({"database_url": url, "dev": "false"}),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
+    result = run_command(
+        ["serve", "--port", "1"],
+        service_environment({"database_url": url, "dev": "false"}),
+        tmp_path,
+        CLI_TIMEOUT,
     )
     assert result.returncode != 0
     assert "TOPICSTORE_ADMIN_TOKEN" in result.stderr and "TOPICSTORE_DEV" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "never.duckdb").exists()  # refused before touching the store
 
-    short = subprocess.run(
-        [*topicstore_command(), "serve", "--port", "1"],
-        env=service_environment({"database_url": url, "admin_token": "short"}),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
+    short = run_command(
+        ["serve", "--port", "1"],
+        service_environment({"database_url": url, "admin_token": "short"}),
+        tmp_path,
+        CLI_TIMEOUT,
     )
     assert short.returncode != 0
     assert "TOPICSTORE_ADMIN_TOKEN" in short.stderr and "16" in short.stderr
@@ -302,14 +298,7 @@ def test_refuses_to_start_without_an_admin_token(tmp_path: Path) -> None:
 
 
 def _cli(tmp_path: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*topicstore_command(), *args],
-        env=service_environment(settings),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-    )
+    return run_command(args, service_environment(settings), tmp_path, CLI_TIMEOUT)
 
 
 def test_dev_mode_announces_its_token_and_the_cli_goes_through_the_server(

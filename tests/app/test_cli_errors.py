@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
-from harness.server import Server, running_server, service_environment, topicstore_command
+from harness.server import Server, run_command, running_server, service_environment
 from pipeline.cli import app as route_app
 from tests.app.conftest import ADMIN
 
@@ -28,14 +28,7 @@ LONG_TOPIC = "t" * 300
 def run_cli(directory: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     """``topicstore ARGS`` of this checkout in ``directory``, with only ``settings`` as
     ``TOPICSTORE_*`` variables."""
-    return subprocess.run(
-        [*topicstore_command(), *args],
-        env=service_environment(settings),
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    return run_command(args, service_environment(settings), directory, TIMEOUT_S)
 
 
 def assert_one_error(
@@ -237,7 +230,10 @@ def test_route_while_the_server_holds_the_store(held: tuple[Server, Path]) -> No
 def test_route_reads_the_subscriptions_through_the_api(
     held: tuple[Server, Path], spark: SparkSession, tmp_path: Path
 ) -> None:
-    server, _ = held
+    server, directory = held
+    # The held store's two, and whatever the module's other tests added meanwhile.
+    stored = run_cli(directory, "sub", "ls", "--json", **_through(server))
+    count = len(json.loads(stored.stdout))
     messages = tmp_path / "messages.jsonl"
     lines = [
         {"message_id": "m1", "topic": "held.a", "ts": 1},
@@ -249,7 +245,7 @@ def test_route_reads_the_subscriptions_through_the_api(
     assert routed.exit_code == 0, routed.output
     summary = json.loads((tmp_path / "routed" / "_summary.json").read_text())
     assert summary["subscriptions_source"] == server.url
-    assert (summary["subscriptions"], summary["deliveries"], summary["unmatched"]) == (2, 2, 1)
+    assert (summary["subscriptions"], summary["deliveries"], summary["unmatched"]) == (count, 2, 1)
     wrong = CliRunner().invoke(route_app, [*args, "--api", server.url, "--token", "x" * 20])
     assert wrong.exit_code == 1 and wrong.output.startswith("error: unauthorized: ")
     assert "hint: give the service's token in TOPICSTORE_ADMIN_TOKEN" in wrong.output

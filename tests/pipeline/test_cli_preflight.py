@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from harness.server import service_environment, topicstore_command
+from harness.server import run_command, service_environment
 from pipeline.cli import app
 
 TIMEOUT_S = 120
@@ -33,14 +33,7 @@ def route(
             environ.pop(name, None)
         else:
             environ[name] = value
-    return subprocess.run(
-        [*topicstore_command(), "route", *args],
-        env=environ,
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    return run_command(["route", *args], environ, directory, TIMEOUT_S)
 
 
 def assert_refused(
