@@ -40,7 +40,6 @@ def test_a_forked_command_answers_as_a_fresh_one(tmp_path: Path) -> None:
     assert store.is_file()  # the caller's environment chose the store
     cases = [
         ["sub", "ls"],
-        ["match", "a.b"],
         ["match", "a.b.c"],  # no subscriber: its own status
         ["sub", "add", "q", "a.#.#", "--dialect", "kafka"],  # a usage error
         ["sub", "import", "missing.csv"],  # the caller's directory
