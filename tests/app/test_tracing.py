@@ -25,6 +25,7 @@ import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
 from app import tracing
@@ -59,7 +60,15 @@ class Traced:
         return httpx.Client(base_url=self.url, headers=ADMIN_HEADERS, timeout=30)
 
     def trace(self, trace_id: str) -> list[ReadableSpan]:
-        return [s for s in self.exporter.get_finished_spans() if _trace_id(s) == trace_id]
+        """The finished spans of ``trace_id``, once its request's own (server) span is among
+        them: the server ends it after the answer is sent, so the client can read the
+        answer first."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            spans = [s for s in self.exporter.get_finished_spans() if _trace_id(s) == trace_id]
+            if any(s.kind == SpanKind.SERVER for s in spans) or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.01)
 
 
 def _trace_id(span: ReadableSpan) -> str:
