@@ -72,8 +72,6 @@ PRELOAD: Final = (
 _ENTRY: Final = "from app.cli import main; main()"
 #: A request's largest message (its argv and environment as JSON).
 _MESSAGE_BYTES: Final = 1 << 20
-#: How long the zygote may take to import ``PRELOAD``.
-START_TIMEOUT_S: Final = 120.0
 
 
 class Forked:
@@ -222,24 +220,13 @@ def zygote() -> Zygote:
 
 
 def run(
-    args: Sequence[str],
-    env: Mapping[str, str],
-    cwd: Path | str,
-    timeout: float,
-    input_text: str | None = None,
+    args: Sequence[str], env: Mapping[str, str], cwd: Path | str, timeout: float
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(topicstore_command() + ARGS, capture_output=True, text=True)``
-    through the zygote: its output, its exit status; killed and
-    ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
-    with (
-        tempfile.TemporaryFile() as stdin,
-        tempfile.TemporaryFile() as out,
-        tempfile.TemporaryFile() as err,
-    ):
-        if input_text is not None:
-            stdin.write(input_text.encode())
-            stdin.seek(0)
-        forked = zygote().spawn(args, env, cwd, stdin, out, err)
+    through the zygote (standard input: ``/dev/null``): its output, its exit status; killed
+    and ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        forked = zygote().spawn(args, env, cwd, subprocess.DEVNULL, out, err)
         try:
             forked.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -249,15 +236,18 @@ def run(
         out.seek(0)
         err.seek(0)
         stdout, stderr = (f.read().decode(errors="replace") for f in (out, err))
-    assert forked.returncode is not None
-    return subprocess.CompletedProcess(list(args), forked.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(list(args), forked.wait(), stdout, stderr)
 
 
 def serve(path: str) -> None:
     """The zygote: import ``PRELOAD``, then fork a child per request on ``path`` until
     killed. Each request's connection gets the child's pid, then its exit status."""
+    import ctypes
     import importlib
 
+    # Killed with the pytest worker that started it, however that worker ends (PR_SET_PDEATHSIG;
+    # the children it forks do not inherit it).
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
     for name in PRELOAD:
         importlib.import_module(name)
     assert "duckdb" not in sys.modules, "a preloaded module imports DuckDB (see PRELOAD)"
@@ -279,6 +269,7 @@ def serve(path: str) -> None:
                 request = json.loads(message)
                 pid = os.fork()
                 if pid == 0:
+                    selector.close()
                     listener.close()
                     for _, other in children.values():
                         other.close()
