@@ -2,6 +2,10 @@
 started with given settings, waited for, talked to, stopped, its output read. The one
 harness of the API tests and ``bench.api_load``.
 
+While the test suite runs, the process is forked from a zygote that has imported the
+command line already (``harness.zygote``): the same entry point, arguments, environment and
+directory, without the seconds of imports.
+
 The child runs this checkout's ``app`` package (``PYTHONPATH`` points at it), not whatever
 ``topicstore`` script happens to be installed, and it starts in a directory of the caller's
 choosing so that no stray ``.env`` file is read.
@@ -22,7 +26,7 @@ from typing import Final
 
 import httpx
 
-from harness.zygote import Forked, forking, zygote
+from harness.zygote import ENTRY, Forked, forking, zygote
 from harness.zygote import run as run_forked
 
 #: How long a server may take to answer, and to stop once asked.
@@ -33,7 +37,6 @@ TAIL_LINES: Final = 60
 
 #: The directory holding the ``app`` package this process imports.
 _SOURCE_ROOT: Final = Path(__file__).resolve().parent.parent
-_ENTRY: Final = "from app.cli import main; main()"
 
 
 class ServerError(RuntimeError):
@@ -52,7 +55,7 @@ def free_port() -> int:
 def topicstore_command() -> list[str]:
     """argv that runs the ``topicstore`` command line of this checkout (with the environment
     of ``service_environment``)."""
-    return [sys.executable, "-c", _ENTRY]
+    return [sys.executable, "-c", ENTRY]
 
 
 def run_command(

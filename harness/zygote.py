@@ -68,8 +68,8 @@ PRELOAD: Final = (
     "uvicorn.lifespan.on",
     "uvloop",
 )
-#: The entry point ``harness.server.topicstore_command`` runs.
-_ENTRY: Final = "from app.cli import main; main()"
+#: The command line's entry point, as ``python -c`` runs it (``harness.server.topicstore_command``).
+ENTRY: Final = "from app.cli import main; main()"
 #: A request's largest message (its argv and environment as JSON).
 _MESSAGE_BYTES: Final = 1 << 20
 
@@ -325,7 +325,7 @@ def _become(request: dict[str, Any], fds: list[int]) -> NoReturn:
     )
     sys.argv = ["-c", *request["args"]]
     try:
-        exec(compile(_ENTRY, "<string>", "exec"), sys.modules["__main__"].__dict__)
+        exec(compile(ENTRY, "<string>", "exec"), sys.modules["__main__"].__dict__)
         status = 0
     except SystemExit as e:
         status = _exit_status(e.code)
