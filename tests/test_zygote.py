@@ -1,6 +1,6 @@
 """A command forked from the test harness's zygote (``harness.zygote``) behaves as the same
 command run as a fresh process: same output, same exit status, the caller's environment,
-directory and standard input; a server it forks stops with the signal it is sent."""
+directory and streams; a server it forks stops with the signal it is sent."""
 
 from __future__ import annotations
 
@@ -11,25 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from harness.server import service_environment, start_server, topicstore_command
+from harness.server import run_command, service_environment, start_server
 from harness.zygote import SWITCH, run, zygote
 
 TIMEOUT_S = 120
 
 
-def _fresh(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*topicstore_command(), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+def _fresh(
+    args: list[str], env: dict[str, str], cwd: Path, monkeypatch: pytest.MonkeyPatch
+) -> subprocess.CompletedProcess[str]:
+    """``args`` as a process of its own (``run_command`` with the zygote switched off)."""
+    with monkeypatch.context() as switched:
+        switched.setenv(SWITCH, "0")
+        return run_command(args, env, cwd, TIMEOUT_S)
 
 
-def test_a_forked_command_answers_as_a_fresh_one(tmp_path: Path) -> None:
+def test_a_forked_command_answers_as_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert os.environ.get(SWITCH) == "1"  # the suite forks (conftest.py)
     store = tmp_path / "here" / "store.duckdb"
     env = service_environment({"database_url": f"duckdb:///{store}"})
@@ -46,7 +45,7 @@ def test_a_forked_command_answers_as_a_fresh_one(tmp_path: Path) -> None:
         ["--help"],
     ]
     for args in cases:
-        fresh = _fresh(args, env, elsewhere)
+        fresh = _fresh(args, env, elsewhere, monkeypatch)
         forked = run(args, env, elsewhere, TIMEOUT_S)
         assert (forked.returncode, forked.stdout, forked.stderr) == (
             fresh.returncode,
