@@ -62,7 +62,8 @@ class SubscriptionIn(BaseModel):
         ),
     )
     expires_at: Time | None = Field(None, description=_EXPIRES_AT)
-    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, description=_TTL)
+    # Strict: lax validation reads `true` as 1, which the schema (an integer) refuses.
+    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, strict=True, description=_TTL)
 
     # No NaN or infinities: Python's JSON parser reads NaN, Infinity and 1e400 into floats
     # that no JSON column stores (PostgreSQL refuses them; DuckDB turned them into null).
@@ -139,7 +140,8 @@ class ExpiryIn(BaseModel):
     )
 
     expires_at: Time | None = Field(None, description=_EXPIRES_AT)
-    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, description=_TTL)
+    # Strict: lax validation reads `true` as 1, which the schema (an integer) refuses.
+    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, strict=True, description=_TTL)
 
 
 class _DocumentedAsSubscriptionIn:
