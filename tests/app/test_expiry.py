@@ -237,6 +237,7 @@ def test_a_key_whose_row_expired_is_created_anew(make_client: Any) -> None:
         ({"ttl": 0}, "invalid_request"),
         ({"ttl": True}, "invalid_request"),  # the schema's integer: not a bool read as 1
         ({"ttl": "60"}, "invalid_request"),
+        ({"ttl": 1.5}, "invalid_request"),
         ({"ttl": 315_619_201}, "invalid_request"),
         ({"expires_at": "2030-01-01T00:00:00"}, "invalid_request"),  # no offset
         ({"expires_at": 1893456000}, "invalid_request"),  # a number is not a time

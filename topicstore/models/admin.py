@@ -6,7 +6,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonValue
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    JsonValue,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
@@ -31,6 +38,19 @@ _TTL: Final = (
     "Seconds from now until it stops matching (1 to 315,619,200: 10 years); stored as "
     "expires_at. Not with expires_at (422 expiry_conflict)."
 )
+
+
+def _json_integer(value: object) -> object:
+    """Refuse what lax validation would read as an integer though JSON Schema's
+    ``integer`` is not: ``true`` (as 1) and text ("60"). A number with no fraction
+    (``60.0``) is one."""
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer")
+    return value
+
+
+#: Seconds from now, as the schema's integer (``_json_integer``).
+Ttl = Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS), BeforeValidator(_json_integer)]
 
 
 class SubscriptionIn(BaseModel):
@@ -62,8 +82,7 @@ class SubscriptionIn(BaseModel):
         ),
     )
     expires_at: Time | None = Field(None, description=_EXPIRES_AT)
-    # Strict: lax validation reads `true` as 1, which the schema (an integer) refuses.
-    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, strict=True, description=_TTL)
+    ttl: Ttl | None = Field(None, description=_TTL)
 
     # No NaN or infinities: Python's JSON parser reads NaN, Infinity and 1e400 into floats
     # that no JSON column stores (PostgreSQL refuses them; DuckDB turned them into null).
@@ -140,8 +159,7 @@ class ExpiryIn(BaseModel):
     )
 
     expires_at: Time | None = Field(None, description=_EXPIRES_AT)
-    # Strict: lax validation reads `true` as 1, which the schema (an integer) refuses.
-    ttl: int | None = Field(None, ge=1, le=MAX_TTL_SECONDS, strict=True, description=_TTL)
+    ttl: Ttl | None = Field(None, description=_TTL)
 
 
 class _DocumentedAsSubscriptionIn:
