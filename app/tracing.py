@@ -17,9 +17,9 @@ What a traced request records, as one tree:
   reconciliation have no request and are not traced: ``store_provider``'s sampler drops
   spans without a parent). A write that joined another request's group commit runs its
   statements in its own request's context (``store.group_commit``), so they are under its
-  own request; the group's own statements (PostgreSQL's writer lock, the change-log, audit
-  and tenant-count rows written once per group, and on DuckDB the group's read-ahead and
-  its subscription rows: ``store.deferred``) are under the request that led it, if any;
+  own request; the group's own statements (PostgreSQL's writer lock, the group's
+  read-ahead and its subscription rows: ``store.deferred``, the change-log, audit and
+  tenant-count rows written once per group) are under the request that led it, if any;
 * ``match`` (``POST``/``GET /v1/match``): the topic's word count, the result size (the
   subscriptions delivered, a group counting once) and the dialect; the topic text only with
   ``TOPICSTORE_TRACE_TOPICS`` (with it off the request's query string is left out of the

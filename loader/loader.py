@@ -40,7 +40,8 @@ from loader.table import RoutingTable
 from matcher import Limits
 from matcher.base import gc_paused
 from matcher.registry import DEFAULT_ENGINES
-from store.db import CHANGES_CHANNEL, Database
+from store.db import Database
+from store.keys import CHANGES_CHANNEL
 from store.records import Change, Removals
 from store.repository import SubscriptionRepository
 

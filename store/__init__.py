@@ -15,7 +15,7 @@ from store.defaults import DEFAULT_DATABASE_URL, DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from store.audit import MAX_AUDIT_PAGE, AuditEntry, AuditRepository
-    from store.db import CHANGES_CHANNEL, Backend, Database, backend_of, duckdb_file
+    from store.db import Backend, Database, backend_of, duckdb_file
     from store.errors import (
         UNAVAILABLE_ERRORS,
         DatabaseLockedError,
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         StoreError,
         UnsupportedDatabaseError,
     )
+    from store.keys import CHANGES_CHANNEL
     from store.records import (
         HEADERS_DIALECT,
         Change,
@@ -36,9 +37,8 @@ if TYPE_CHECKING:
 #: Where each name of the package lives.
 _HOMES: Final = {
     **dict.fromkeys(("MAX_AUDIT_PAGE", "AuditEntry", "AuditRepository"), "store.audit"),
-    **dict.fromkeys(
-        ("CHANGES_CHANNEL", "Backend", "Database", "backend_of", "duckdb_file"), "store.db"
-    ),
+    **dict.fromkeys(("Backend", "Database", "backend_of", "duckdb_file"), "store.db"),
+    "CHANGES_CHANNEL": "store.keys",
     **dict.fromkeys(
         (
             "UNAVAILABLE_ERRORS",

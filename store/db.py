@@ -23,27 +23,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from store import deferred
+from store import deferred, pending, pg_write
 from store.errors import DatabaseLockedError, NoSchemaError, UnsupportedDatabaseError
 from store.group_commit import GroupCommit
+from store.keys import COMMITTED, COMMITTING
 from store.records import Change
 
 #: Advisory lock key that serializes writers of change_log ("tpcs" in ASCII).
 WRITER_LOCK_KEY: Final = 0x74706373
-#: PostgreSQL channel whose payload is the newest change seq (a doorbell, not the data).
-CHANGES_CHANNEL: Final = "topicstore_changes"
-#: Where a committed transaction's session keeps its changes, in seq order, when they are
-#: all it logged (``store.pending``): the after-commit hooks get them.
-COMMITTED: Final = "topicstore.committed"
-#: Where a write transaction's session keeps a callable that ``store.pending`` calls with
-#: the newest seq of the changes it is about to commit (``Database.committing_seq``).
-COMMITTING: Final = "topicstore.committing"
 #: What an after-commit hook is given: the transaction's changes when known, else None
 #: (read them from the log).
 CommitHook = Callable[[Sequence[Change] | None], object]
 
 
-_WRITER_LOCK: Final = sa.select(sa.func.pg_advisory_xact_lock(WRITER_LOCK_KEY))
+#: The writer lock, sent with the transaction's ``BEGIN`` (``pg_write.pipelined``).
+_WRITER_LOCK: Final = ((f"SELECT pg_advisory_xact_lock({WRITER_LOCK_KEY})", ()),)
 
 
 class Committed:
@@ -66,8 +60,10 @@ class Committed:
         self.db._apply(self.ticket, self.changes)
 
     def flush(self) -> None:
-        """Write the rows of single writes that wait for the commit (``store.deferred``)."""
-        deferred.flush(self.session)
+        """Write what the transaction's writes left for its commit (``store.pending``):
+        here, so that a failing statement fails the group's transaction, whose jobs then
+        run again alone, not its commit, which would fail every job of the group."""
+        pending.flush(self.session)
 
 
 class Backend(StrEnum):
@@ -197,6 +193,7 @@ class Database:
             self.engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size)
             sa.event.listen(self.engine, "checkin", _checked_in)
             sa.event.listen(self.engine, "checkout", _ping_if_idle)
+            deferred.listen(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         #: Sessions whose statements each run alone (``read_alone``).
         self._alone = (
@@ -296,7 +293,7 @@ class Database:
             try:
                 with self.sessions.begin() as session:
                     if self.is_postgres:
-                        session.connection().execute(_WRITER_LOCK)
+                        pg_write.pipelined(session.connection(), _WRITER_LOCK)
                     session.info[COMMITTING] = self._committing
                     committed = Committed(self, session)
                     yield committed

@@ -1,27 +1,27 @@
-"""A group's single creates and removals on DuckDB: read ahead in one query, written in
-one statement each.
+"""A group's single creates and removals: read ahead in one query, written in one
+statement each.
 
-On DuckDB every statement has a fixed cost (parse, plan, a probe of an ART index over the
-whole table) that dwarfs what one row adds to it, and a group of single writes
-(``store.group_commit``) ran three per write: the duplicate check, the insert, the
-delete. Here the jobs of a group announce ahead what they will touch (a create its key,
-a removal its id: ``GroupCommit``'s hints), and the first of them to look reads all of it
-in one query, drawing the ids of the keys found absent from the sequence in one more.
-Each job then answers from what was read, as it would have from the table: a create
-finds its key (or the row an earlier job of the group inserted), a removal its row (and
-whether it is the caller's tenant's). The rows the group inserts and deletes wait here and
-go in one ``INSERT`` and one ``DELETE``, deletes first (a key removed and created again in
-one group), before the transaction's change rows (``store.pending.flush``).
+Every statement has a fixed cost that dwarfs what one row adds to it: on DuckDB parsing,
+planning and a probe of an ART index over the whole table; on PostgreSQL a round trip,
+waited out by every writer queued behind the serialized one (``store.db``). A group of
+single writes (``store.group_commit``) ran one or more per write: the duplicate check,
+the insert, the delete. Here the jobs of a group announce ahead what they will touch (a
+create its key, a removal its id: ``GroupCommit``'s hints), and the first of them to look
+reads all of it in one query, which also draws from the sequence the ids of the keys
+found absent. Each job then answers from what was read, as it would have from the table:
+a create finds its key (or the row an earlier job of the group inserted), a removal its
+row (and whether it is the caller's tenant's). The rows the group inserts and deletes
+wait here and go in one ``DELETE`` and one ``INSERT``, deletes first (a key removed and
+created again in one group), before the transaction's change rows (``store.pending``,
+which on PostgreSQL sends them with its own statement in one round trip: ``take``).
 
 What was read stays true only while nothing else writes the table: any other statement of
 the transaction first writes what waits and forgets what was read (a listener on the
 engine, which finds the state on the connection while there is any), so it sees the
 table as the jobs before it left it, and the jobs after it look in the table again. A
 statement marked ``KEEP`` (the tenant counter's read, which the waiting rows do not
-change) runs without that. A rollback drops everything here.
-
-PostgreSQL never gets here: its create is one statement already
-(``store.pg_write.add_if_absent``) and a round trip is what its writes pay for.
+change) runs without that; statements sent through the driver (``store.pg_write``) skip
+the listener and call ``write`` themselves. A rollback drops everything here.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any, Final, cast
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from store import pg_write
 from store.duckdb_write import insert_rows
 from store.group_commit import HINTS
 from store.models import Subscription
@@ -94,6 +95,9 @@ class Deferred:
     #: Ids drawn for the group's creates, not used yet, and the transaction's timestamp.
     ids: list[int] = field(default_factory=list)
     now: datetime | None = None
+    #: The stored count of each tenant of the group's creates (``tenant_usage``), read
+    #: with them on PostgreSQL: the quota's check needs no statement of its own.
+    usage: dict[str, int] = field(default_factory=dict)
     #: Rows to insert (every column's value, in the order they were created), and ids
     #: of stored rows to delete.
     inserts: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -114,16 +118,25 @@ def _state(session: Session) -> Deferred:
     hints = session.info.pop(HINTS, ())
     news = [hint for hint in hints if isinstance(hint, NewSubscription)]
     ids = sorted({hint for hint in hints if isinstance(hint, int)})
-    if _pays(len(news), len(ids)):
-        _read_ahead(session.connection(), state, news, ids)
+    connection = session.connection()
+    postgres = connection.dialect.name == "postgresql"
+    if _pays(len(news), len(ids), postgres=postgres):
+        if postgres:
+            _read_ahead_postgres(connection, state, news, ids)
+        else:
+            _read_ahead(connection, state, news, ids)
         _hold(session, state)
     return state
 
 
-def _pays(creates: int, removals: int) -> bool:
-    """Whether reading ahead takes fewer statements than the jobs would one by one (a
-    create's look-up and insert, a removal's delete): one read, then for creates a draw
-    of ids and an insert, for removals a delete."""
+def _pays(creates: int, removals: int, *, postgres: bool) -> bool:
+    """Whether reading ahead takes fewer statements than the jobs would one by one. On
+    PostgreSQL a create is one statement (``pg_write.add_if_absent``), a removal one; read
+    ahead, they are one read, and their writes travel with the commit's own statement. On
+    DuckDB a create is a look-up and an insert, a removal a delete; read ahead, they are
+    one read, then for creates a draw of ids and an insert, for removals a delete."""
+    if postgres:
+        return creates + removals > 1
     return 2 * creates + removals > 1 + 2 * (creates > 0) + (removals > 0)
 
 
@@ -151,6 +164,22 @@ def _read_ahead(
         state.now = drawn[0].now
 
 
+def _read_ahead_postgres(
+    connection: sa.Connection, state: Deferred, news: Sequence[NewSubscription], ids: list[int]
+) -> None:
+    """``_read_ahead`` in one statement (``pg_write.read_ahead``)."""
+    keys = {key_of(new) for new in news}
+    state.by_key.update(dict.fromkeys(keys))
+    state.by_id.update(dict.fromkeys(ids))
+    tenants = sorted({key[0] for key in keys})
+    rows, drawn, now, state.usage = pg_write.read_ahead(connection, sorted(keys), ids, tenants)
+    for row in rows:
+        state.by_id[row.id] = row
+        if key_of(row) in keys:
+            state.by_key[key_of(row)] = row
+    state.ids, state.now = drawn, now
+
+
 def find(session: Session, new: NewSubscription) -> tuple[bool, Any]:
     """Whether ``new``'s key is known here, and its row (None: absent)."""
     state = _state(session)
@@ -158,6 +187,11 @@ def find(session: Session, new: NewSubscription) -> tuple[bool, Any]:
     if key not in state.by_key:
         return False, None
     return True, state.by_key[key]
+
+
+def usage(session: Session, tenant: str) -> int | None:
+    """``tenant``'s stored count as read ahead, if it was."""
+    return _state(session).usage.get(tenant)
 
 
 def row_of(session: Session, sub_id: int) -> tuple[bool, Any]:
@@ -200,28 +234,53 @@ def _hold(session: Session, state: Deferred) -> None:
         state.where[_KEY] = state
 
 
+def waits(session: Session) -> bool:
+    """Whether ``session``'s transaction has rows waiting (or rows read ahead)."""
+    state = session.info.get(_KEY)
+    return state is not None and state.where is not None
+
+
 def flush(session: Session) -> None:
     """Write what ``session``'s transaction has waiting, if anything."""
-    state = session.info.get(_KEY)
-    if state is not None and state.where is not None:
+    if waits(session):
         write(session.connection())
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What a transaction's group has yet to write: ids of stored rows to delete, and rows
+    to insert (every column's value, in the order they were created)."""
+
+    deletes: list[int]
+    inserts: list[dict[str, Any]]
+
+
+def take(connection: sa.Connection) -> Waiting:
+    """What waits on ``connection``, for the caller to write (deletes first); what was
+    read is forgotten."""
+    state = connection.info.pop(_KEY, None)
+    if state is None:
+        return Waiting([], [])
+    state.where = None
+    state.by_key.clear()
+    state.by_id.clear()
+    waiting = Waiting(state.deletes, list(state.inserts.values()))
+    state.deletes, state.inserts = [], {}
+    return waiting
 
 
 def write(connection: sa.Connection) -> None:
     """Write what waits on ``connection``: the deletes, then the inserts, in one statement
     each; what was read is forgotten."""
-    state = connection.info.pop(_KEY, None)
-    if state is None:
+    waiting = take(connection)
+    if waiting.deletes:
+        connection.execute(_DELETE, {"ids": waiting.deletes})
+    if not waiting.inserts:
         return
-    state.where = None
-    state.by_key.clear()
-    state.by_id.clear()
-    if state.deletes:
-        connection.execute(_DELETE, {"ids": state.deletes})
-        state.deletes = []
-    if state.inserts:
-        insert_rows(connection, _TABLE, list(state.inserts.values()))
-        state.inserts = {}
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.insert(_TABLE), waiting.inserts)
+    else:
+        insert_rows(connection, _TABLE, waiting.inserts)
 
 
 def drop(session: Session) -> None:

@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from store import deferred, pg_write
-from store.db import COMMITTED, COMMITTING
 from store.duckdb_write import insert_rows
+from store.keys import COMMITTED, COMMITTING
 from store.models import AuditLog, ChangeLog, TenantUsage
 from store.records import Change, criteria_tuple
 from store.stats import STATS
@@ -88,10 +88,13 @@ def pending(session: Session) -> Pending:
 
 def usage(session: Session, tenant: str) -> int:
     """How many subscriptions ``tenant`` holds in this transaction: its stored count (read
-    once per transaction: one primary-key probe) plus this transaction's moves."""
+    once per transaction: one primary-key probe, or none when a group read it ahead) plus
+    this transaction's moves."""
     rows = pending(session)
     if tenant not in rows.stored:
-        held = session.connection().execute(_USAGE_OF, {"tenant": tenant}).scalar()
+        held = deferred.usage(session, tenant)  # read ahead with the group's rows
+        if held is None:
+            held = session.connection().execute(_USAGE_OF, {"tenant": tenant}).scalar()
         rows.stored[tenant] = int(held or 0)
     return rows.stored[tenant] + rows.moved.get(tenant, 0)
 
@@ -121,16 +124,18 @@ def forget(session: Session, ids: Sequence[int]) -> None:
 
 
 def flush(session: Session) -> None:
-    """Write everything pending: on DuckDB the group's subscription rows that wait
+    """Write everything pending: the group's subscription rows that wait
     (``store.deferred``), then change rows in order, the counters, audit rows, the removed
     subscriptions' statistics and the doorbell on PostgreSQL."""
+    if _KEY not in session.info and not deferred.waits(session):
+        return  # nothing written: no connection to open (a read's commit)
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        _flush_postgres(session, connection, deferred.take(connection))
+        return
     deferred.flush(session)
     rows = session.info.pop(_KEY, None)
     if rows is None:
-        return
-    connection = session.connection()
-    if connection.dialect.name == "postgresql":
-        _flush_postgres(session, connection, rows)
         return
     if rows.changes:
         # Their seqs come back, so the changes can be applied to this process's routing
@@ -152,12 +157,28 @@ def flush(session: Session) -> None:
         connection.execute(_FORGET, {"ids": rows.forget})
 
 
-def _flush_postgres(session: Session, connection: sa.Connection, rows: Pending) -> None:
-    """``flush`` as one statement (``store.pg_write.flush``)."""
-    if not (rows.changes or rows.audit or rows.ring or rows.forget or any(rows.moved.values())):
+def _flush_postgres(session: Session, connection: sa.Connection, waiting: deferred.Waiting) -> None:
+    """``flush`` as one round trip (``store.pg_write.flush``)."""
+    rows = session.info.pop(_KEY, None) or Pending()
+    if not (
+        rows.changes
+        or rows.audit
+        or rows.ring
+        or rows.forget
+        or any(rows.moved.values())
+        or waiting.deletes
+        or waiting.inserts
+    ):
         return
     stored = pg_write.flush(
-        connection, rows.changes, rows.moved, rows.audit, rows.ring, rows.forget
+        connection,
+        rows.changes,
+        rows.moved,
+        rows.audit,
+        rows.ring,
+        rows.forget,
+        waiting.deletes,
+        waiting.inserts,
     )
     if rows.changes and not rows.logged_elsewhere:
         _committed(session, rows, stored)

@@ -2,14 +2,17 @@
 driver.
 
 Writers are serialized (``store.db``), so every round trip and every millisecond of Python
-inside a write transaction is waited out by the writes queued behind it. Two statements
-carry a group's writes here: a create's lookup-and-insert (``add_if_absent``), and the
-rows a transaction appends before it commits (``flush``: change rows, tenant counters,
-audit rows and the doorbell, as data-modifying CTEs, which PostgreSQL runs once each,
-referenced or not). As text, neither is compiled by SQLAlchemy per call (a multi-row
-``VALUES`` is compiled afresh every time, about as costly as the statement itself); the
-rows travel as one array per column, so a group of any size sends the same text, which
-psycopg prepares after five uses: the server plans it once per connection.
+inside a write transaction is waited out by the writes queued behind it. Three statements
+carry a group's writes here: the read ahead of its creates' keys and removals' ids
+(``read_ahead``, for ``store.deferred``), a lone create's lookup-and-insert
+(``add_if_absent``), and the rows a transaction writes before it commits (``flush``: the
+group's removals and new subscriptions, change rows, tenant counters, audit rows and the
+doorbell, as data-modifying CTEs, which PostgreSQL runs once each, referenced or not, sent
+in one round trip with the removals' own statement). As text, none is compiled by
+SQLAlchemy per call (a multi-row ``VALUES`` is compiled afresh every time, about as costly
+as the statement itself); the rows travel as one array per column, so a group of any size
+sends the same text, which psycopg prepares after five uses: the server plans it once per
+connection.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
+import psycopg
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 from sqlalchemy.dialects import postgresql
 
-from store.db import CHANGES_CHANNEL
+from store.keys import CHANGES_CHANNEL
 from store.models import AuditLog, ChangeLog, Subscription, TenantUsage
 from store.staging import NEW_COLUMNS, QUOTE
 
@@ -73,6 +77,58 @@ _ADD_IF_ABSENT: Final = (
     f"WHERE NOT EXISTS (SELECT FROM found) RETURNING {_ALL}) "
     f"SELECT {_ALL}, true AS created FROM added UNION ALL SELECT {_ALL}, false FROM found"
 )
+
+
+_ALIASED: Final = ", ".join(f"s.{QUOTE(c.name)}" for c in _SUBSCRIPTION.columns)
+_NULLS: Final = ", ".join("NULL" for _ in _SUBSCRIPTION.columns)
+_SAME_KEY: Final = " AND ".join(f"{{0}}.{QUOTE(name)} = k.{QUOTE(name)}" for name in _KEY)
+#: The stored rows of some keys and of some ids, then an id drawn from the sequence for
+#: each key found absent (a row of NULLs but ``drawn``); every row carries the
+#: transaction's timestamp (what ``created_at``'s default stores) and the stored counts of
+#: some tenants (``tenant_usage``, as one JSON object). Parameters: the keys as one array
+#: per column of ``_KEY``, the ids, the tenants.
+_READ_AHEAD: Final = (
+    "WITH k AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k("
+    + ", ".join(map(QUOTE, _KEY))
+    + f")), found AS MATERIALIZED (SELECT {_ALIASED} FROM k JOIN subscription s ON "
+    + _SAME_KEY.format("s")
+    + f" UNION ALL SELECT {_ALIASED} FROM subscription s WHERE s.id = ANY(%s::bigint[])), "
+    "absent AS (SELECT count(*) AS n FROM k WHERE NOT EXISTS (SELECT FROM found f WHERE "
+    + _SAME_KEY.format("f")
+    + ")), usage AS (SELECT jsonb_object_agg(tenant, subscriptions) AS counts "
+    "FROM tenant_usage WHERE tenant = ANY(%s::text[])) "
+    f"SELECT {_ALL}, NULL::bigint AS drawn, now() AS now, usage.counts FROM found, usage "
+    f"UNION ALL SELECT {_NULLS}, nextval('subscription_id_seq'), now(), usage.counts "
+    "FROM absent, usage, generate_series(1, absent.n)"
+)
+
+
+def read_ahead(
+    connection: sa.Connection,
+    keys: Sequence[tuple[str, str, str, str]],
+    ids: Sequence[int],
+    tenants: Sequence[str],
+) -> tuple[list[sa.Row[Any]], list[int], Any, dict[str, int]]:
+    """The stored rows of ``keys`` (tenant, subscriber, dialect, pattern) and of ``ids``
+    (a row of both may come twice), ids drawn for the keys absent (ascending), the
+    transaction's timestamp, and the stored count of each of ``tenants`` (those with
+    none: 0), in one statement. With no key, nothing is drawn and no count is read."""
+    params: list[Any] = [[key[i] for key in keys] for i in range(4)]
+    params += [list(ids), list(tenants)]
+    rows: list[sa.Row[Any]] = []
+    drawn: list[int] = []
+    now = None
+    counts: dict[str, int] = dict.fromkeys(tenants, 0)
+    for row in connection.exec_driver_sql(_READ_AHEAD, tuple(params)):
+        now = row.now
+        if row.counts:
+            counts.update(row.counts)
+        if row.drawn is None:
+            rows.append(row)
+        else:
+            drawn.append(row.drawn)
+    drawn.sort()
+    return rows, drawn, now, counts
 
 
 def add_if_absent(connection: sa.Connection, values: Mapping[str, Any]) -> sa.Row[Any]:
@@ -135,8 +191,13 @@ def flush(
     audit: Sequence[Mapping[str, Any]],
     ring: bool,
     forget: Sequence[int] = (),
+    deletes: Sequence[int] = (),
+    inserts: Sequence[Mapping[str, Any]] = (),
 ) -> list[tuple[int, int, str]]:
-    """Insert ``changes`` (in order: their seqs follow it), move each tenant's counter
+    """Delete the subscriptions ``deletes`` and insert ``inserts`` (every column's value;
+    the deletes first, in a statement of their own, so a key deleted and inserted again
+    is no conflict), insert ``changes`` (in order: their seqs follow it), move each
+    tenant's counter
     by ``moved``, insert the ``audit`` rows, delete the statistics rows of the removed
     subscriptions ``forget`` and, if ``ring``, ring the doorbell with the newest seq, in
     one statement; the (seq, subscription_id, op) of each change.
@@ -149,6 +210,9 @@ def flush(
     element (twice the CPU)."""
     params: list[Any] = []
     ctes: list[str] = []
+    if inserts:
+        added = _insert(_SUBSCRIPTION, list(inserts[0]), "")
+        ctes.append(f"added AS ({added.sql(inserts, params)})")
     if forget:
         ctes.append(
             "forgot AS (DELETE FROM subscription_stats st USING unnest(%s::text::bigint[]) "
@@ -178,7 +242,47 @@ def flush(
         query = "SELECT seq, subscription_id, op FROM bell LEFT JOIN logged ON true"
     else:
         query = "SELECT rang FROM bell"
-    result = connection.exec_driver_sql("WITH " + ", ".join(ctes) + " " + query, tuple(params))
+    statements = [(_DELETE, (list(deletes),))] if deletes else []
+    statements.append(("WITH " + ", ".join(ctes) + " " + query, tuple(params)))
+    result = pipelined(connection, statements)
     if not changes:
         return []
     return [(seq, sub_id, op) for seq, sub_id, op in result if seq is not None]
+
+
+_DELETE: Final = "DELETE FROM subscription WHERE id = ANY(%s::bigint[])"
+
+
+def pipelined(
+    connection: sa.Connection, statements: Sequence[tuple[str, tuple[Any, ...]]]
+) -> list[tuple[Any, ...]]:
+    """Run ``statements`` in order in one round trip (psycopg's pipeline mode, which also
+    sends a transaction's ``BEGIN`` with them instead of on its own); the rows of the
+    last. A failure is raised as SQLAlchemy's error, as ``exec_driver_sql`` would (a group
+    of writes rolls back on those and runs its jobs again alone), and a connection found
+    broken is invalidated, so the pool does not hand it out again.
+
+    When something listens to each statement the engine runs (tracing: ``app.tracing``),
+    the statements go one by one through SQLAlchemy instead, so each is seen."""
+    if connection.dispatch.before_cursor_execute or connection.dispatch.after_cursor_execute:
+        for text, params in statements:
+            result = connection.exec_driver_sql(text, params)
+        return [tuple(row) for row in result] if result.returns_rows else []
+    raw = cast(psycopg.Connection[Any], connection.connection.driver_connection)
+    try:
+        with raw.pipeline():
+            cursors = [raw.execute(text, params) for text, params in statements]
+        return cursors[-1].fetchall() if cursors[-1].description else []
+    except psycopg.Error as e:
+        text, params = statements[-1]
+        broken = connection.dialect.is_disconnect(e, raw, None)  # type: ignore[arg-type]
+        if broken:
+            connection.invalidate(e)
+        raise sa.exc.DBAPIError.instance(
+            text,
+            params,
+            e,
+            psycopg.Error,
+            connection_invalidated=broken,
+            dialect=connection.dialect,
+        ) from e

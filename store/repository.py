@@ -86,13 +86,18 @@ class SubscriptionRepository(SubscriptionReads):
 
     def add(self, new: NewSubscription) -> tuple[StoredSubscription, bool]:
         """Create ``new``, or return the row of its (tenant, subscriber, dialect, pattern);
-        the flag says whether a row was created. One statement on PostgreSQL
+        the flag says whether a row was created. In a group that read ahead
+        (``store.deferred``) no statement; else one on PostgreSQL
         (``store.pg_write.add_if_absent``), ``find`` then ``insert`` on DuckDB."""
-        if not self._postgres:
-            existing = self.find(new)
+        known, found = deferred.find(self.session, new)
+        if known or not self._postgres:
+            existing = stored(found) if known and found is not None else None
+            if not known:
+                existing = self.find(new)
             if existing is not None:
                 return existing, False
             return self.insert(new), True
+        deferred.flush(self.session)  # a statement through the driver skips its listener
         row = pg_write.add_if_absent(self.session.connection(), _values(new))
         if not row.created:
             return stored(row), False
@@ -101,17 +106,18 @@ class SubscriptionRepository(SubscriptionReads):
         return stored(row), True
 
     def find(self, new: NewSubscription) -> StoredSubscription | None:
-        """The stored row with ``new``'s key, if any: one index probe, O(log n). DuckDB
-        probes an ART index only for a one-column equality: it looks up the pattern's
-        index (``0007``) in a materialized CTE (else the other conditions merge into a
-        table scan) and filters those rows; a pattern on over 2,048 rows
-        (``index_scan_max_count``) is scanned for."""
+        """The stored row with ``new``'s key, if any: one index probe, O(log n), or none
+        in a group that read ahead (``store.deferred``). DuckDB probes an ART index only
+        for a one-column equality: it looks up the pattern's index (``0007``) in a
+        materialized CTE (else the other conditions merge into a table scan) and filters
+        those rows; a pattern on over 2,048 rows (``index_scan_max_count``) is scanned
+        for."""
+        known, found = deferred.find(self.session, new)
+        if known:
+            return None if found is None else stored(found)
         if self._postgres:
             query = sa.select(_SUBSCRIPTION).where(*_key(new))
         else:
-            known, found = deferred.find(self.session, new)  # read ahead for its group
-            if known:
-                return None if found is None else stored(found)
             same = (
                 sa.select(_SUBSCRIPTION)
                 .where(_SUBSCRIPTION.c.pattern == new.pattern)
@@ -132,8 +138,8 @@ class SubscriptionRepository(SubscriptionReads):
         second one). Looking up first keeps a repeated subscription from drawing an id from
         the sequence: an insert that conflicts has drawn one already, and skips it."""
         values = _values(new)
-        # On DuckDB, in a group, inserted with the group's other rows at commit.
-        row = None if self._postgres else deferred.insert(self.session, values)
+        # In a group, inserted with the group's other rows at commit.
+        row = deferred.insert(self.session, values)
         if row is None:
             row = self._core(_TABLE.insert().values(**values).returning(*_SUBSCRIPTION.c)).one()
         self._log_rows("add", [row])
@@ -225,8 +231,8 @@ class SubscriptionRepository(SubscriptionReads):
         """Delete subscription ``sub_id`` (of ``tenant``, when given); the row it was, or
         None if absent. The delete returns the row, which the change log then records (at
         commit, with the transaction's other changes)."""
-        # On DuckDB, in a group, the row as read ahead, deleted with the group's others.
-        known, row = (False, None) if self._postgres else deferred.row_of(self.session, sub_id)
+        # In a group, the row as read ahead, deleted with the group's others.
+        known, row = deferred.row_of(self.session, sub_id)
         if known:
             if row is None or (tenant is not None and row.tenant != tenant):
                 return None
