@@ -67,6 +67,14 @@ def _passes(server: Server) -> float:
     return metric(server, "topicstore_reconcile_passes_total")
 
 
+def _grouped(server: Server) -> tuple[float, float]:
+    """Admin writes committed and the transactions that held them (group commit)."""
+    return (
+        metric(server, "topicstore_write_jobs_total"),
+        metric(server, "topicstore_write_transactions_total"),
+    )
+
+
 def _ms(seconds: float) -> float:
     return seconds * 1000.0
 
@@ -128,6 +136,7 @@ def measure(
         churn = phase.start("churn", url, *timed, "--clients", str(clients))
         phase.wait_ready()
         before = [_passes(server) for server in servers]
+        grouped = _grouped(servers[0])
         cpu_before = [s.cpu_seconds() for s in servers], backend_cpu_seconds(database_url)
         phase.go()
         writes = churn.result(seconds + GRACE_S)
@@ -136,6 +145,7 @@ def measure(
         lags = lag.result(seconds + GRACE_S) if lag is not None else []
         ready = [r.result(seconds + GRACE_S) for r in readies]
         after = [_passes(server) for server in servers]
+        jobs, transactions = (b - a for a, b in zip(grouped, _grouped(servers[0]), strict=True))
     done = [w for w in writes if w is not None]
     answered = [b for b in busy if b is not None]
     found = [x for x in lags if x is not None]
@@ -147,6 +157,7 @@ def measure(
         "write max ms": _ms(max(done)) if done else float("nan"),
         "match p99 quiet ms": _p(quiet, 99),
         "match p99 churn ms": _p(answered, 99),
+        "writes/commit": jobs / transactions if transactions else float("nan"),
     }
     per_write = 1000 / max(1, len(done))
     for name, spent, was in zip(REPLICAS, cpu_after[0], cpu_before[0], strict=False):
@@ -232,6 +243,7 @@ def run_write_load(
             *ready_columns,
             *(Column(f"{name} CPU ms/write", "{:,.2f}") for name in REPLICAS),
             Column("PG CPU ms/write", "{:,.2f}"),
+            Column("writes/commit", "{:,.1f}"),
         ],
         notes=[
             "writes: POST /v1/subscriptions then DELETE of it, each client as one of the "
@@ -246,6 +258,8 @@ def run_write_load(
             "passes the replica completed during the churn (topicstore_reconcile_passes_total "
             "in /metrics), with TOPICSTORE_RECONCILE_INTERVAL="
             f"{seconds / RECONCILE_PASSES:.3g} s (default 300).",
+            "writes/commit: replica A's admin writes per write transaction during the churn "
+            "(group commit: topicstore_write_jobs_total / topicstore_write_transactions_total).",
             "CPU ms/write: user + system CPU during the churn, per write answered, of each "
             "replica's process and of the PostgreSQL backends serving its database (when "
             "PostgreSQL runs on this machine; not its WAL writer or checkpointer), which the "
