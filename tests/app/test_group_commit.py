@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.admin_reads import subscription_out
@@ -142,6 +143,54 @@ def test_a_group_read_ahead_gives_way_to_writes_of_other_kinds(database: Databas
         ("add", "a"),
         ("add", "c"),
     ]
+
+
+def test_a_groups_statements_do_not_grow_with_its_size(database: Database) -> None:
+    """A group of single creates and removals runs the same statements whatever its size:
+    its keys and ids are read ahead in one query and its rows written together
+    (``store.deferred``). On PostgreSQL they are the writer lock, that read, the removals'
+    delete and the rows written before the commit."""
+    operations = AdminOperations(database, Settings(_env_file=None, database_url=database.url))
+    counted = []
+    for size in (3, 12):
+        statements = _group_statements(database, operations, size)
+        counted.append(len(statements))
+        if database.is_postgres:
+            group = statements[1:]  # after the holder's lock
+            assert [text.split()[0] for text in group] == ["SELECT", "WITH", "DELETE", "WITH"]
+            assert "pg_advisory_xact_lock" in group[0]
+            assert "nextval" in group[1] and "INSERT INTO subscription" in group[3]
+    assert counted[0] == counted[1], counted
+
+
+def _group_statements(database: Database, operations: AdminOperations, size: int) -> list[str]:
+    """The statements of one group of ``size`` creates and as many removals of stored
+    rows, interleaved (and of the transaction held before it); checks the rows after."""
+    operations.remove_subscriber("s", OPERATOR, None)  # the last size's rows
+    stored = [
+        operations.create(SubscriptionIn(subscriber="s", pattern=f"old.{i}"), OPERATOR)[0]
+        for i in range(size)
+    ]
+    statements: list[str] = []
+
+    def seen(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    calls: list[Callable[[], object]] = []
+    for i, row in enumerate(stored):
+        item = SubscriptionIn(subscriber="s", pattern=f"new.{i}")
+        calls.append(lambda item=item: operations.create(item, OPERATOR))  # type: ignore[misc]
+        calls.append(lambda sub_id=row.id: operations.remove(sub_id, OPERATOR))  # type: ignore[misc]
+    sa.event.listen(database.engine, "before_cursor_execute", seen)
+    try:
+        outcomes = _as_one_group(database, calls)
+    finally:
+        sa.event.remove(database.engine, "before_cursor_execute", seen)
+    assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
+    with database.read() as session:
+        patterns = [s.pattern for s in SubscriptionRepository(session).page(limit=100)]
+    assert sorted(patterns) == sorted(f"new.{i}" for i in range(size))
+    return statements
 
 
 def _as_one_group(database: Database, calls: list[Callable[[], object]]) -> list[object]:
