@@ -194,15 +194,15 @@ def flush(
     deletes: Sequence[int] = (),
     inserts: Sequence[Mapping[str, Any]] = (),
 ) -> list[tuple[int, int, str]]:
-    """Delete the subscriptions ``deletes`` and insert ``inserts`` (every column's value;
-    the deletes first, in a statement of their own, so a key deleted and inserted again
-    is no conflict), insert ``changes`` (in order: their seqs follow it), move each
-    tenant's counter
-    by ``moved``, insert the ``audit`` rows, delete the statistics rows of the removed
-    subscriptions ``forget`` and, if ``ring``, ring the doorbell with the newest seq, in
-    one statement; the (seq, subscription_id, op) of each change.
+    """Delete the subscriptions ``deletes`` and insert ``inserts`` (every column's value),
+    insert ``changes`` (in order: their seqs follow it), move each tenant's counter by
+    ``moved``, insert the ``audit`` rows, delete the statistics rows of the removed
+    subscriptions ``forget`` and, if ``ring``, ring the doorbell with the newest seq; the
+    (seq, subscription_id, op) of each change. One round trip: the deletes are a statement
+    of their own (so a key deleted and inserted again is no conflict), sent with one that
+    does the rest.
 
-    The statistics go here, in a statement after the removals', so that its snapshot
+    The statistics go in the statement after the removals', so that its snapshot
     holds every statistics row a flush wrote before a removal took its subscription's
     lock (a flush skips the rows a removal holds: ``store.stats``). The ids travel as one
     array literal (a list parameter of 100,000 took longer to adapt than the delete) and
