@@ -19,7 +19,8 @@ What a traced request records, as one tree:
   statements in its own request's context (``store.group_commit``), so they are under its
   own request; the group's own statements (PostgreSQL's writer lock, the group's
   read-ahead and its subscription rows: ``store.deferred``, the change-log, audit and
-  tenant-count rows written once per group) are under the request that led it, if any;
+  tenant-count rows written once per group) are under the request that led it, if any
+  (a write alone: all of its transaction's statements are under its own request);
 * ``match`` (``POST``/``GET /v1/match``): the topic's word count, the result size (the
   subscriptions delivered, a group counting once) and the dialect; the topic text only with
   ``TOPICSTORE_TRACE_TOPICS`` (with it off the request's query string is left out of the

@@ -131,12 +131,14 @@ def _state(session: Session) -> Deferred:
 
 def _pays(creates: int, removals: int, *, postgres: bool) -> bool:
     """Whether reading ahead takes fewer statements than the jobs would one by one. On
-    PostgreSQL a create is one statement (``pg_write.add_if_absent``), a removal one; read
-    ahead, they are one read, and their writes travel with the commit's own statement. On
-    DuckDB a create is a look-up and an insert, a removal a delete; read ahead, they are
-    one read, then for creates a draw of ids and an insert, for removals a delete."""
+    PostgreSQL a create is one statement (``pg_write.add_if_absent``) after the read of
+    its tenant's count, a removal one; read ahead, they are one read (the counts too), and
+    their writes travel with the commit's own statement: a lone create saves a round trip,
+    a lone removal none. On DuckDB a create is a look-up and an insert, a removal a
+    delete; read ahead, they are one read, then for creates a draw of ids and an insert,
+    for removals a delete."""
     if postgres:
-        return creates + removals > 1
+        return creates > 0 or removals > 1
     return 2 * creates + removals > 1 + 2 * (creates > 0) + (removals > 0)
 
 

@@ -23,7 +23,8 @@ again behind the caller's back.
 Each job runs in its caller's context (``contextvars``), whichever thread leads the group:
 what the caller's context carries (a trace's current span: ``app.tracing``) covers the
 job's statements, while the transaction's own (PostgreSQL's writer lock, the rows written
-once per group before the commit: ``store.pending``; the commit) run in the leader's.
+once per group before the commit: ``store.pending``; the commit) run in the leader's. A
+job run alone runs its whole transaction in its caller's context.
 
 Once a group has committed, the lead passes to the next caller in the queue *before* the
 group's after-commit work (applying its changes to this process's routing table) runs, so
@@ -32,10 +33,11 @@ so a caller still finds its own write in the routing table (``Database.transacti
 keeps the hooks in commit order).
 
 A job may say ahead what it will touch (``Announced``: a create its key, a removal its
-id); a group's transaction holds its jobs' hints (``HINTS``) before the first runs, so
-the store can read for all of them at once and write their rows in one statement each
-(``store.deferred``, on DuckDB), which it does before the commit (``Transaction.flush``)
-so that a failing statement still fails the group, not the commit.
+id); a transaction holds its jobs' hints (``HINTS``) before the first runs, so the store
+can read for all of them at once and write their rows in one statement each
+(``store.deferred``), which it does before the commit (``Transaction.flush``) so that a
+failing statement still fails the group, not the commit. A job run alone holds its own
+hint too (on PostgreSQL its read ahead also reads its tenant's count).
 
 A caller on an event loop (``run_async``) waits without a thread of its own: its write is
 queued like any other, and a group that holds it is led by one of the group commit's own
@@ -67,7 +69,7 @@ MAX_GROUP: Final = 256
 #: Threads that lead groups of writes whose callers wait on an event loop: one leads while
 #: the one before applies its group to the routing table.
 LEADERS: Final = 2
-#: Where a group's transaction holds its jobs' hints (``Announced``), in queue order.
+#: Where a transaction holds its jobs' hints (``Announced``), in queue order.
 HINTS: Final = "topicstore.hints"
 
 
@@ -252,15 +254,23 @@ class GroupCommit:
             for pending in group:
                 pending.result = pending.error = None
         for pending in group:
-            try:
-                with self._begin() as transaction:
-                    _run(pending, transaction.session, alone=True)
-            except BaseException as e:
-                pending.result, pending.error = None, e
-            else:
-                committed.append(transaction)
-                if pending.error is None:
-                    self._count(1)
+            pending.context.run(self._commit_alone, pending, committed)
+
+    def _commit_alone(self, pending: _Pending[Any], committed: list[Transaction]) -> None:
+        """Run ``pending`` in a transaction of its own, all of it in the caller's context
+        (its statements, the transaction's own ones too, are the caller's: a trace shows
+        them under its request)."""
+        try:
+            with self._begin() as transaction:
+                if isinstance(pending.job, Announced):
+                    transaction.session.info[HINTS] = [pending.job.hint]
+                _run(pending, transaction.session, alone=True)
+        except BaseException as e:
+            pending.result, pending.error = None, e
+        else:
+            committed.append(transaction)
+            if pending.error is None:
+                self._count(1)
 
     def _count(self, jobs: int) -> None:
         self.groups += 1
@@ -275,8 +285,9 @@ def _resolve(future: asyncio.Future[None]) -> None:
 def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:
     """One job in ``session``. A refusal from the read phase is the job's outcome (nothing
     was written); in a group, a failed statement or write phase fails the group. Alone,
-    every exception is the job's own and propagates, so the transaction rolls back."""
-    run = pending.context.run
+    every exception is the job's own and propagates, so the transaction rolls back (and
+    the job runs in the caller's context already: ``_commit_alone``)."""
+    run = _call if alone else pending.context.run
     try:
         write = run(pending.job, session)
     except sa.exc.SQLAlchemyError:
@@ -292,3 +303,7 @@ def _run(pending: _Pending[Any], session: Session, *, alone: bool) -> None:
         if not alone:
             raise _GroupAbortError from None
         raise
+
+
+def _call(function: Callable[..., T], *args: Any) -> T:
+    return function(*args)

@@ -149,7 +149,8 @@ def test_a_groups_statements_do_not_grow_with_its_size(database: Database) -> No
     """A group of single creates and removals runs the same statements whatever its size:
     its keys and ids are read ahead in one query and its rows written together
     (``store.deferred``). On PostgreSQL they are the writer lock, that read, the removals'
-    delete and the rows written before the commit."""
+    delete and the rows written before the commit; a create alone is the lock, the read
+    and the rows."""
     operations = AdminOperations(database, Settings(_env_file=None, database_url=database.url))
     counted = []
     for size in (3, 12):
@@ -161,6 +162,20 @@ def test_a_groups_statements_do_not_grow_with_its_size(database: Database) -> No
             assert "pg_advisory_xact_lock" in group[0]
             assert "nextval" in group[1] and "INSERT INTO subscription" in group[3]
     assert counted[0] == counted[1], counted
+    if database.is_postgres:  # alone, a create is read ahead too: its tenant's count with it
+        statements = []
+
+        def seen(*args: object) -> None:
+            statements.append(str(args[2]))
+
+        sa.event.listen(database.engine, "before_cursor_execute", seen)
+        try:
+            made = operations.create(SubscriptionIn(subscriber="s", pattern="alone"), OPERATOR)
+        finally:
+            sa.event.remove(database.engine, "before_cursor_execute", seen)
+        assert made[1] and made[0].pattern == "alone"
+        assert len(statements) == 3, statements  # the lock, the read, the rows
+        assert "nextval" in statements[1] and "INSERT INTO subscription" in statements[2]
 
 
 def _group_statements(database: Database, operations: AdminOperations, size: int) -> list[str]:
