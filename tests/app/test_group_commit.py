@@ -3,9 +3,10 @@ quota, one for an invalid pattern, the rest stored (real PostgreSQL and DuckDB).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -163,19 +164,26 @@ def test_a_groups_statements_do_not_grow_with_its_size(database: Database) -> No
             assert "nextval" in group[1] and "INSERT INTO subscription" in group[3]
     assert counted[0] == counted[1], counted
     if database.is_postgres:  # alone, a create is read ahead too: its tenant's count with it
-        statements = []
-
-        def seen(*args: object) -> None:
-            statements.append(str(args[2]))
-
-        sa.event.listen(database.engine, "before_cursor_execute", seen)
-        try:
+        with _recorded(database) as statements:
             made = operations.create(SubscriptionIn(subscriber="s", pattern="alone"), OPERATOR)
-        finally:
-            sa.event.remove(database.engine, "before_cursor_execute", seen)
         assert made[1] and made[0].pattern == "alone"
         assert len(statements) == 3, statements  # the lock, the read, the rows
         assert "nextval" in statements[1] and "INSERT INTO subscription" in statements[2]
+
+
+@contextlib.contextmanager
+def _recorded(database: Database) -> Iterator[list[str]]:
+    """The text of each statement the store's engine runs meanwhile."""
+    statements: list[str] = []
+
+    def seen(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(database.engine, "before_cursor_execute", seen)
+    try:
+        yield statements
+    finally:
+        sa.event.remove(database.engine, "before_cursor_execute", seen)
 
 
 def _group_statements(database: Database, operations: AdminOperations, size: int) -> list[str]:
@@ -186,21 +194,13 @@ def _group_statements(database: Database, operations: AdminOperations, size: int
         operations.create(SubscriptionIn(subscriber="s", pattern=f"old.{i}"), OPERATOR)[0]
         for i in range(size)
     ]
-    statements: list[str] = []
-
-    def seen(*args: object) -> None:
-        statements.append(str(args[2]))
-
     calls: list[Callable[[], object]] = []
     for i, row in enumerate(stored):
         item = SubscriptionIn(subscriber="s", pattern=f"new.{i}")
         calls.append(lambda item=item: operations.create(item, OPERATOR))  # type: ignore[misc]
         calls.append(lambda sub_id=row.id: operations.remove(sub_id, OPERATOR))  # type: ignore[misc]
-    sa.event.listen(database.engine, "before_cursor_execute", seen)
-    try:
+    with _recorded(database) as statements:
         outcomes = _as_one_group(database, calls)
-    finally:
-        sa.event.remove(database.engine, "before_cursor_execute", seen)
     assert not [o for o in outcomes if isinstance(o, Exception)], outcomes
     with database.read() as session:
         patterns = [s.pattern for s in SubscriptionRepository(session).page(limit=100)]
